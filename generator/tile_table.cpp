@@ -1,0 +1,136 @@
+// fa3jit tile table and resource budgets (tile_table.h).
+//
+// Sources: FA3 hopper/tile_size.h (tile_size_fwd_sm90) and flash_fwd_kernel_sm90.h (setmaxnreg split);
+// FA3 paper (arXiv 2407.08608) section 3.1 for the producer/consumer warpgroup layout;
+// /work/shared/docs/fa3-reference.md sections 2.2 and 2.3 summarise both.
+#include "generator/tile_table.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "generator/error.h"
+
+namespace fa3jit {
+
+namespace {
+
+// Head dims this build generates kernels for. Each needs a tile below and a template instantiation.
+constexpr int kSupportedHeadDims[] = {64, 128, 256};
+
+// setmaxnreg targets per consumer warpgroup count, index = consumer_warpgroups - 1.
+// FA3: 3 consumer WGs -> 32/160, 2 -> 24/240 (TMA K/V). FA3 gives 1 WG 56/256; this build keeps the
+// consumer at 240, the same budget as the 2-warpgroup kernel.
+struct RegisterSplit {
+  int producer;
+  int consumer;
+};
+constexpr RegisterSplit kRegisterSplits[] = {{56, 240}, {24, 240}, {32, 160}};
+
+// Registers ptxas gives every thread at entry for __launch_bounds__(num_threads, 1): the register file
+// divided by the thread count, rounded down to the allocation granularity of 8, capped at 248 (the most
+// a kernel may declare at entry; setmaxnreg moves registers between warpgroups afterwards).
+int pinned_registers_per_thread(int num_threads) {
+  return std::min(248, kRegistersPerSm / num_threads / 8 * 8);
+}
+
+}  // namespace
+
+TileDefaults default_tile(DType dtype, int head_dim, bool causal) {
+  // FA3 uses the same tile for causal and non-causal except hdim 128 (128x176 non-causal) and hdim 64
+  // (192x192 non-causal); both are tuning candidates here, so causal does not change the defaults yet.
+  (void)causal;
+  // e4m3 is rejected by parse_spec before this; it shares the 16-bit numbers as a placeholder.
+  (void)dtype;
+  switch (head_dim) {
+    // 3 consumer warpgroups at 160 registers each hold a 192-row tile with block_n 128 (FA3's causal tile).
+    case 64: return {192, 128, 3, 2, false, false};
+    // FA3 non-causal uses 128x176; 128x128 is its causal tile and leaves room for 3 stages.
+    case 128: return {128, 128, 2, 2, false, false};
+    // 128x80 is at the shared-memory limit with 2 stages (FA3 uses the same tile).
+    case 256: return {128, 80, 2, 2, false, false};
+    default: break;
+  }
+  throw Error(ErrorCode::kInvalidSpec,
+              fmt::format("spec field \"head_dim\": {} is not supported; expected one of {}", head_dim,
+                          fmt::join(kSupportedHeadDims, ", ")));
+}
+
+KernelConfig make_kernel_config(const Spec& spec) {
+  // A Spec built in code (not by parse_spec) may hold anything; guard what the arithmetic below indexes
+  // or multiplies so that the result is an Error, never an out-of-bounds read or an overflow.
+  if (spec.consumer_warpgroups < 1 || spec.consumer_warpgroups > 3) {
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec field \"consumer_warpgroups\": {} is not allowed; expected 1, 2 or 3",
+                            spec.consumer_warpgroups));
+  }
+  const auto positive_at_most = [](const char* field, int value, int max) {
+    if (value < 1 || value > max) {
+      throw Error(ErrorCode::kInvalidSpec,
+                  fmt::format("spec field \"{}\": {} is not allowed; expected an integer in [1, {}]", field,
+                              value, max));
+    }
+  };
+  positive_at_most("head_dim", spec.head_dim, 1024);
+  positive_at_most("head_dim_v", spec.head_dim_v, 1024);
+  positive_at_most("tile.block_m", spec.block_m, 1024);
+  positive_at_most("tile.block_n", spec.block_n, 1024);
+  positive_at_most("stages", spec.stages, 16);
+
+  KernelConfig config{};
+  config.spec = spec;
+  const int wg = spec.consumer_warpgroups;
+  config.num_threads = 128 * (wg + 1);
+  config.producer_registers = kRegisterSplits[wg - 1].producer;
+  config.consumer_registers = kRegisterSplits[wg - 1].consumer;
+
+  const int pinned = pinned_registers_per_thread(config.num_threads);
+  const int wanted = config.producer_registers + wg * config.consumer_registers;
+  if (wanted > pinned * (wg + 1)) {
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec field \"consumer_warpgroups\": {} needs a register split of producer {} + "
+                            "{} x consumer {} = {} registers per thread slot, over the pool of {} x {} = {}",
+                            wg, config.producer_registers, wg, config.consumer_registers, wanted, wg + 1,
+                            pinned, pinned * (wg + 1)));
+  }
+
+  // Per consumer thread (one row quarter of a 64-row wgmma tile): the fp32 O accumulator holds
+  // head_dim_v/2 values, the fp32 S accumulator block_n/2, P packed to 16 bits block_n/4, plus softmax
+  // state, addresses and loop counters (~32). Intra-warpgroup overlap keeps a second P alive.
+  config.estimated_consumer_registers =
+      spec.head_dim_v / 2 + spec.block_n / 2 + spec.block_n / 4 + 32 + (spec.intra_wg_overlap ? spec.block_n / 4 : 0);
+
+  const int elem = dtype_size(spec.dtype);
+  config.smem_q_bytes = spec.block_m * spec.head_dim * elem;
+  config.smem_k_stage_bytes = spec.block_n * spec.head_dim * elem;
+  config.smem_v_stage_bytes = spec.block_n * spec.head_dim_v * elem;
+  // 1024 bytes of slack to align the 128B-swizzled tiles to 1024 bytes, 256 bytes for the mbarriers.
+  config.smem_bytes =
+      config.smem_q_bytes + spec.stages * (config.smem_k_stage_bytes + config.smem_v_stage_bytes) + 1024 + 256;
+
+  // Report every resource that does not fit in one message, so the user fixes the spec once.
+  std::vector<std::string> problems;
+  if (config.estimated_consumer_registers > config.consumer_registers) {
+    problems.push_back(fmt::format(
+        "spec fields \"tile.block_n\" ({}), \"head_dim\" ({}) and \"consumer_warpgroups\" ({}) need an "
+        "estimated {} registers per consumer thread{}, over the budget of {} for {} consumer warpgroup{}; "
+        "use a smaller tile.block_n",
+        spec.block_n, spec.head_dim, wg, config.estimated_consumer_registers,
+        spec.intra_wg_overlap ? " (with intra_wg_overlap)" : "", config.consumer_registers, wg,
+        wg == 1 ? "" : "s"));
+  }
+  if (config.smem_bytes > kMaxSharedMemoryPerBlock) {
+    problems.push_back(fmt::format(
+        "spec fields \"stages\" ({}), \"tile\" ({}x{}) and \"head_dim\" ({}) need {} bytes of shared memory, "
+        "over the limit of {} bytes per block; use fewer stages or a smaller tile.block_n",
+        spec.stages, spec.block_m, spec.block_n, spec.head_dim, config.smem_bytes, kMaxSharedMemoryPerBlock));
+  }
+  if (!problems.empty()) {
+    throw Error(ErrorCode::kInvalidSpec, fmt::format("{}", fmt::join(problems, "; also ")));
+  }
+  return config;
+}
+
+}  // namespace fa3jit
