@@ -1,0 +1,46 @@
+// TMA (bulk tensor copies) between global and shared memory.
+// PTX ISA §9.7.9.25 (cp.async.bulk.tensor); OOB rows of a load are zero-filled and still count toward the
+// mbarrier's transaction bytes; OOB rows of a store are dropped (docs/hopper-ptx.md §3, verified T7/T8).
+#pragma once
+
+#include "hopper/types.cuh"
+
+namespace fa3jit {
+
+__device__ __forceinline__ void tma_prefetch_descriptor(const TmaDesc* desc) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(desc)) : "memory");
+}
+
+/// Loads one box at coordinates {c0 (innermost), c1, c2, c3} into shared memory at `dst`, completing
+/// transaction bytes on the mbarrier `bar`. L2 hint: evict_last for K/V reused by many CTAs is left to later.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const TmaDesc* desc, uint32_t bar, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+/// Stores one box from shared memory at `src` to coordinates {c0, c1, c2, c3}.
+__device__ __forceinline__ void tma_store_4d(const TmaDesc* desc, uint32_t src, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+          reinterpret_cast<uint64_t>(desc)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+/// Waits until all committed stores have finished reading shared memory.
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
+/// Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA/wgmma) reads.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+}  // namespace fa3jit

@@ -1,0 +1,149 @@
+// The FA3 mainloop: a producer thread streams Q once and K/V blocks through a `stages`-deep mbarrier
+// ring by TMA; each consumer warpgroup computes S = Q.K^T (wgmma, both operands in shared memory), masks,
+// runs the online softmax, and accumulates O += P.V (wgmma with P from registers, V from shared memory).
+// KV blocks are visited from the last to the first, so the masked blocks (seqlen_k tail, causal diagonal)
+// come first and the steady state runs mask-free (FA3 paper §3; docs/fa3-reference.md §2.4).
+//
+// Operand layouts (docs/hopper-ptx.md §2, verified on an H200):
+//   Q, K: K-major, 128B swizzle, SBO = 1024; a k16 step inside a 64-column block adds 32 bytes to the
+//         start address, the next 64-column block starts rows*128 bytes further.
+//   V:    MN-major for P.V (head_dim contiguous), trans-b = 1; SBO = 1024 (8 kv rows), LBO = block_n*128
+//         (next 64-column block of head_dim_v), a k16 step adds 16 rows = 2048 bytes.
+//   P:    the fp32 S accumulator maps onto the 16-bit A-register fragment directly: for k-step g,
+//         a0..a3 = pack(s[8g..8g+1]), pack(s[8g+2..8g+3]), pack(s[8g+4..8g+5]), pack(s[8g+6..8g+7]).
+#pragma once
+
+#include "hopper/mbarrier.cuh"
+#include "hopper/tma.cuh"
+#include "hopper/wgmma.cuh"
+#include "mask.cuh"
+#include "scheduler.cuh"
+#include "smem_layout.cuh"
+#include "softmax.cuh"
+
+namespace fa3jit {
+
+template <class Cfg>
+struct Mainloop {
+  using Smem = SmemLayout<Cfg>;
+  static constexpr int kQkSteps = Cfg::kHeadDim / 16;   // k16 steps of S = Q.K^T
+  static constexpr int kPvSteps = Cfg::kBlockN / 16;    // k16 steps of O += P.V
+  static constexpr int kRowBytes = 128;                  // one swizzled row of a 64-column block
+  static constexpr uint32_t kEmptyArrivals = 4 * Cfg::kConsumerWarpgroups;  // lane 0 of every consumer warp
+
+  /// Initialises the barriers (one thread); the caller fences and synchronises the CTA afterwards.
+  static __device__ __forceinline__ void init_barriers(const Smem& sm) {
+    mbarrier_init(sm.q_full(), 1);
+#pragma unroll
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(sm.k_full(s), 1);
+      mbarrier_init(sm.v_full(s), 1);
+      mbarrier_init(sm.k_empty(s), kEmptyArrivals);
+      mbarrier_init(sm.v_empty(s), kEmptyArrivals);
+    }
+  }
+
+  /// Loads a rows x head_dim tile as head_dim/64 boxes of {64, rows} into consecutive column blocks.
+  template <int kRows, int kCols>
+  static __device__ __forceinline__ void load_tile(uint32_t dst, const TmaDesc* desc, uint32_t bar, int row,
+                                                   int head, int batch) {
+#pragma unroll
+    for (int j = 0; j < kCols / 64; ++j) tma_load_4d(dst + j * kRows * kRowBytes, desc, bar, 64 * j, row, head, batch);
+  }
+
+  /// Producer: one thread. Q once, then K and V of every visited block, last block first.
+  static __device__ __forceinline__ void produce(const Smem& sm, const TmaDesc* tm_q, const TmaDesc* tm_k,
+                                                 const TmaDesc* tm_v, TileCoord tile, int kv_head, int n_block_max) {
+    if (n_block_max <= 0) return;
+    mbarrier_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
+    load_tile<Cfg::kBlockM, Cfg::kHeadDim>(sm.q(), tm_q, sm.q_full(), tile.m_block * Cfg::kBlockM, tile.head,
+                                           tile.batch);
+    PipelineState<Cfg::kStages> pipe;
+    for (int n_block = n_block_max - 1; n_block >= 0; --n_block) {
+      mbarrier_wait(sm.k_empty(pipe.stage), pipe.phase ^ 1u);
+      mbarrier_arrive_expect_tx(sm.k_full(pipe.stage), Smem::kKStageBytes);
+      load_tile<Cfg::kBlockN, Cfg::kHeadDim>(sm.k(pipe.stage), tm_k, sm.k_full(pipe.stage), n_block * Cfg::kBlockN,
+                                             kv_head, tile.batch);
+      mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
+      mbarrier_arrive_expect_tx(sm.v_full(pipe.stage), Smem::kVStageBytes);
+      load_tile<Cfg::kBlockN, Cfg::kHeadDimV>(sm.v(pipe.stage), tm_v, sm.v_full(pipe.stage), n_block * Cfg::kBlockN,
+                                              kv_head, tile.batch);
+      pipe.advance();
+    }
+  }
+
+  /// S = Q.K^T for this warpgroup's 64 rows and one K stage (issued, committed, not waited).
+  static __device__ __forceinline__ void issue_qk(float (&s)[Cfg::kBlockN / 2], uint32_t q_rows, uint32_t k_tile) {
+#pragma unroll
+    for (int kk = 0; kk < kQkSteps; ++kk) {
+      const uint32_t col = (kk / 4), off = (kk % 4) * 32;
+      const uint64_t desc_q = make_smem_desc_sw128(q_rows + col * Cfg::kBlockM * kRowBytes + off, 16, 1024);
+      const uint64_t desc_k = make_smem_desc_sw128(k_tile + col * Cfg::kBlockN * kRowBytes + off, 16, 1024);
+      wgmma_qk(s, desc_q, desc_k, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+  }
+
+  /// O += P.V for one V stage (issued, committed, not waited).
+  static __device__ __forceinline__ void issue_pv(float (&o)[Cfg::kHeadDimV / 2], const uint32_t (&p)[Cfg::kBlockN / 4],
+                                                  uint32_t v_tile) {
+#pragma unroll
+    for (int g = 0; g < kPvSteps; ++g) {
+      const uint64_t desc_v = make_smem_desc_sw128(v_tile + g * 16 * kRowBytes, Cfg::kBlockN * kRowBytes, 1024);
+      wgmma_pv(o, p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3], desc_v);
+    }
+    wgmma_commit();
+  }
+
+  /// Converts probabilities (S accumulator layout) into the 16-bit A fragments of P.V.
+  static __device__ __forceinline__ void convert_p(const float (&s)[Cfg::kBlockN / 2], uint32_t (&p)[Cfg::kBlockN / 4]) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kBlockN / 4; ++i) p[i] = pack_half2<Cfg::kIsBf16>(s[2 * i], s[2 * i + 1]);
+  }
+
+  /// Consumer warpgroup `wg` (0-based): runs the whole KV loop for its 64 rows; O and the softmax state
+  /// stay in registers for the epilogue.
+  static __device__ __forceinline__ void consume(const Smem& sm, int wg, TileCoord tile, int n_block_max,
+                                                 const FwdParams& params, float (&o)[Cfg::kHeadDimV / 2],
+                                                 OnlineSoftmax<Cfg::kBlockN>& softmax) {
+    if (n_block_max <= 0) return;
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x % 128) / 32;
+    const int row = tile.m_block * Cfg::kBlockM + wg * 64 + warp * 16 + lane / 4;
+    const uint32_t q_rows = sm.q() + wg * 64 * kRowBytes;
+    mbarrier_wait(sm.q_full(), 0);
+
+    PipelineState<Cfg::kStages> pipe;
+    for (int n_block = n_block_max - 1; n_block >= 0; --n_block) {
+      float s[Cfg::kBlockN / 2];
+      mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
+      wgmma_fence();
+      issue_qk(s, q_rows, sm.k(pipe.stage));
+      wgmma_wait<0>();
+      fence_operands(s);
+      if (lane == 0) mbarrier_arrive(sm.k_empty(pipe.stage));
+
+      if (n_block_needs_mask<Cfg::kBlockM, Cfg::kBlockN, Cfg::kCausal>(n_block, tile.m_block, params.seqlen_q,
+                                                                      params.seqlen_k)) {
+        apply_mask<Cfg::kBlockN, Cfg::kCausal>(s, row, n_block * Cfg::kBlockN + 2 * (lane % 4), params.seqlen_q,
+                                               params.seqlen_k);
+      }
+      float o_scale[2];
+      softmax.update(s, params.scale_log2, o_scale);
+#pragma unroll
+      for (int i = 0; i < Cfg::kHeadDimV / 2; ++i) o[i] *= o_scale[(i >> 1) & 1];
+      uint32_t p[Cfg::kBlockN / 4];
+      convert_p(s, p);
+
+      mbarrier_wait(sm.v_full(pipe.stage), pipe.phase);
+      wgmma_fence();
+      issue_pv(o, p, sm.v(pipe.stage));
+      wgmma_wait<0>();
+      fence_operands(o);
+      if (lane == 0) mbarrier_arrive(sm.v_empty(pipe.stage));
+      pipe.advance();
+    }
+  }
+};
+
+}  // namespace fa3jit
