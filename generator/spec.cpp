@@ -24,8 +24,8 @@ namespace {
 
 // Scheduling knobs whose kernel code paths are not written yet. Setting one to true here is all it
 // takes to accept the knob: parse_spec then passes it into the Spec and make_kernel_config budgets it.
-constexpr bool kPingpongImplemented = false;
-constexpr bool kIntraWgOverlapImplemented = false;
+constexpr bool kPingpongImplemented = true;
+constexpr bool kIntraWgOverlapImplemented = true;
 
 constexpr int64_t kMaxProblemDim = std::numeric_limits<int32_t>::max();  // kernel grid/index math is 32-bit
 
@@ -294,9 +294,18 @@ Spec parse_spec(const json& doc) {
   spec.stages = doc.contains("stages")
                     ? static_cast<int>(read_int(doc.at("stages"), "stages", 2, 4, "an integer in [2, 4]"))
                     : defaults.stages;
-  spec.pingpong = read_knob(doc, "pingpong", defaults.pingpong, kPingpongImplemented);
   spec.intra_wg_overlap =
       read_knob(doc, "intra_wg_overlap", defaults.intra_wg_overlap, kIntraWgOverlapImplemented);
+  // Pingpong hands GEMM turns between exactly two consumer warpgroups around the overlapped mainloop
+  // (templates/mainloop.cuh); the table's default applies only where that holds.
+  const bool pingpong_possible = spec.intra_wg_overlap && spec.consumer_warpgroups == 2;
+  spec.pingpong = read_knob(doc, "pingpong", defaults.pingpong && pingpong_possible, kPingpongImplemented);
+  if (spec.pingpong && !pingpong_possible) {
+    fail(ErrorCode::kInvalidSpec,
+         fmt::format("spec field \"pingpong\": true is not allowed with intra_wg_overlap {} and consumer_warpgroups "
+                     "{}; pingpong needs intra_wg_overlap true and consumer_warpgroups 2",
+                     spec.intra_wg_overlap, spec.consumer_warpgroups));
+  }
   if (doc.contains("problem")) spec.problem = read_problem(doc.at("problem"));
 
   // Shared memory and register budgets: an infeasible tile is reported now, not at compile or launch.

@@ -15,6 +15,7 @@
 
 #include "hopper/mbarrier.cuh"
 #include "hopper/tma.cuh"
+#include "hopper/warpgroup.cuh"
 #include "hopper/wgmma.cuh"
 #include "mask.cuh"
 #include "scheduler.cuh"
@@ -101,6 +102,34 @@ struct Mainloop {
     for (int i = 0; i < Cfg::kBlockN / 4; ++i) p[i] = pack_half2<Cfg::kIsBf16>(s[2 * i], s[2 * i + 1]);
   }
 
+  /// Masks (where needed) and runs the online softmax on one score block; o_scale receives the factor
+  /// for the rows of O.
+  static __device__ __forceinline__ void softmax_step(float (&s)[Cfg::kBlockN / 2], int n_block, TileCoord tile, int row,
+                                                      const FwdParams& params, OnlineSoftmax<Cfg::kBlockN>& softmax,
+                                                      float (&o_scale)[2]) {
+    if (n_block_needs_mask<Cfg::kBlockM, Cfg::kBlockN, Cfg::kCausal>(n_block, tile.m_block, params.seqlen_q,
+                                                                    params.seqlen_k)) {
+      apply_mask<Cfg::kBlockN, Cfg::kCausal>(s, row, n_block * Cfg::kBlockN + 2 * ((threadIdx.x % 32) % 4),
+                                             params.seqlen_q, params.seqlen_k);
+    }
+    softmax.update(s, params.scale_log2, o_scale);
+  }
+
+  static __device__ __forceinline__ void rescale_o(float (&o)[Cfg::kHeadDimV / 2], const float (&o_scale)[2]) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kHeadDimV / 2; ++i) o[i] *= o_scale[(i >> 1) & 1];
+  }
+
+  /// Pingpong between two consumer warpgroups (FA3 §3.1 "inter-warpgroup overlapping"): a warpgroup
+  /// waits for its turn before issuing GEMMs and hands the turn over after issuing them, so one
+  /// warpgroup's softmax runs under the other's GEMMs. Named barrier (base + wg) counts both groups.
+  static __device__ __forceinline__ void gemm_turn_begin(int wg) {
+    if constexpr (Cfg::kPingpong) named_barrier_sync(kBarrierSchedulerBase + wg, 256);
+  }
+  static __device__ __forceinline__ void gemm_turn_end(int wg) {
+    if constexpr (Cfg::kPingpong) named_barrier_arrive(kBarrierSchedulerBase + (wg ^ 1), 256);
+  }
+
   /// Consumer warpgroup `wg` (0-based): runs the whole KV loop for its 64 rows; O and the softmax state
   /// stay in registers for the epilogue.
   static __device__ __forceinline__ void consume(const Smem& sm, int wg, TileCoord tile, int n_block_max,
@@ -111,8 +140,24 @@ struct Mainloop {
     const int warp = (threadIdx.x % 128) / 32;
     const int row = tile.m_block * Cfg::kBlockM + wg * 64 + warp * 16 + lane / 4;
     const uint32_t q_rows = sm.q() + wg * 64 * kRowBytes;
+    if constexpr (Cfg::kPingpong) {
+      if (wg == 0) named_barrier_arrive(kBarrierSchedulerBase + 0, 256);  // warpgroup 0 takes the first turn
+    }
     mbarrier_wait(sm.q_full(), 0);
+    if constexpr (Cfg::kIntraWgOverlap) {
+      consume_overlapped(sm, tile, n_block_max, params, o, softmax, row, q_rows, wg);
+    } else {
+      consume_sequential(sm, tile, n_block_max, params, o, softmax, row, q_rows, wg);
+    }
+  }
 
+  /// Per block: S = Q.K^T, wait, softmax, O += P.V, wait (FA2 order; GEMMs and softmax serialised
+  /// inside the warpgroup).
+  static __device__ __forceinline__ void consume_sequential(const Smem& sm, TileCoord tile, int n_block_max,
+                                                            const FwdParams& params, float (&o)[Cfg::kHeadDimV / 2],
+                                                            OnlineSoftmax<Cfg::kBlockN>& softmax, int row,
+                                                            uint32_t q_rows, int wg) {
+    const int lane = threadIdx.x % 32;
     PipelineState<Cfg::kStages> pipe;
     for (int n_block = n_block_max - 1; n_block >= 0; --n_block) {
       float s[Cfg::kBlockN / 2];
@@ -123,15 +168,9 @@ struct Mainloop {
       fence_operands(s);
       if (lane == 0) mbarrier_arrive(sm.k_empty(pipe.stage));
 
-      if (n_block_needs_mask<Cfg::kBlockM, Cfg::kBlockN, Cfg::kCausal>(n_block, tile.m_block, params.seqlen_q,
-                                                                      params.seqlen_k)) {
-        apply_mask<Cfg::kBlockN, Cfg::kCausal>(s, row, n_block * Cfg::kBlockN + 2 * (lane % 4), params.seqlen_q,
-                                               params.seqlen_k);
-      }
       float o_scale[2];
-      softmax.update(s, params.scale_log2, o_scale);
-#pragma unroll
-      for (int i = 0; i < Cfg::kHeadDimV / 2; ++i) o[i] *= o_scale[(i >> 1) & 1];
+      softmax_step(s, n_block, tile, row, params, softmax, o_scale);
+      rescale_o(o, o_scale);
       uint32_t p[Cfg::kBlockN / 4];
       convert_p(s, p);
 
@@ -140,9 +179,71 @@ struct Mainloop {
       issue_pv(o, p, sm.v(pipe.stage));
       wgmma_wait<0>();
       fence_operands(o);
+      fence_operands(p);
       if (lane == 0) mbarrier_arrive(sm.v_empty(pipe.stage));
       pipe.advance();
     }
+  }
+
+  /// FA3's intra-warpgroup overlap (paper §3.2, "2-stage pipelining"): at step j the warpgroup issues
+  /// S_j = Q.K_j^T and O += P_{j-1}.V_{j-1} back to back, waits only for S_j, and runs the softmax of S_j
+  /// while the P.V GEMM is still in flight; O is rescaled once that GEMM has completed.
+  static __device__ __forceinline__ void consume_overlapped(const Smem& sm, TileCoord tile, int n_block_max,
+                                                            const FwdParams& params, float (&o)[Cfg::kHeadDimV / 2],
+                                                            OnlineSoftmax<Cfg::kBlockN>& softmax, int row,
+                                                            uint32_t q_rows, int wg) {
+    const int lane = threadIdx.x % 32;
+    PipelineState<Cfg::kStages> pipe;
+    uint32_t p[Cfg::kBlockN / 4];
+    {  // first block: S, softmax, P (O is still zero, nothing to rescale)
+      float s[Cfg::kBlockN / 2];
+      mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
+      gemm_turn_begin(wg);
+      wgmma_fence();
+      issue_qk(s, q_rows, sm.k(pipe.stage));
+      gemm_turn_end(wg);
+      wgmma_wait<0>();
+      fence_operands(s);
+      if (lane == 0) mbarrier_arrive(sm.k_empty(pipe.stage));
+      float o_scale[2];
+      softmax_step(s, n_block_max - 1, tile, row, params, softmax, o_scale);
+      convert_p(s, p);
+    }
+    PipelineState<Cfg::kStages> v_pipe = pipe;  // V of the block whose P is pending
+    pipe.advance();
+    for (int n_block = n_block_max - 2; n_block >= 0; --n_block) {
+      float s[Cfg::kBlockN / 2];
+      mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
+      mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
+      gemm_turn_begin(wg);
+      wgmma_fence();
+      issue_qk(s, q_rows, sm.k(pipe.stage));
+      issue_pv(o, p, sm.v(v_pipe.stage));
+      gemm_turn_end(wg);
+      wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run
+      fence_operands(s);
+      if (lane == 0) mbarrier_arrive(sm.k_empty(pipe.stage));
+      float o_scale[2];
+      softmax_step(s, n_block, tile, row, params, softmax, o_scale);
+      wgmma_wait<0>();
+      fence_operands(o);
+      fence_operands(p);
+      if (lane == 0) mbarrier_arrive(sm.v_empty(v_pipe.stage));
+      rescale_o(o, o_scale);
+      convert_p(s, p);
+      v_pipe = pipe;
+      pipe.advance();
+    }
+    // last P.V
+    mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
+    gemm_turn_begin(wg);
+    wgmma_fence();
+    issue_pv(o, p, sm.v(v_pipe.stage));
+    gemm_turn_end(wg);
+    wgmma_wait<0>();
+    fence_operands(o);
+    fence_operands(p);
+    if (lane == 0) mbarrier_arrive(sm.v_empty(v_pipe.stage));
   }
 };
 

@@ -1,0 +1,296 @@
+// Runtime: spec -> (emit, compile or cache) -> loaded kernel -> validated launch.
+#include "runtime/attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "generator/emit.h"
+#include "generator/error.h"
+#include "generator/tile_table.h"
+#include "runtime/compiler.h"
+#include "runtime/driver.h"
+#include "runtime/log.h"
+
+namespace fa3jit {
+
+// Mirrors templates/hopper/types.cuh FwdParams byte for byte.
+struct FwdParams {
+  int seqlen_q;
+  int seqlen_k;
+  int num_heads;
+  int head_group;
+  float softmax_scale;
+  float scale_log2;
+  float* lse;
+};
+static_assert(sizeof(FwdParams) == 32, "FwdParams must match the kernel's layout");
+
+class LoadedKernel {
+ public:
+  LoadedKernel(KernelConfig config, std::shared_ptr<const CompiledKernel> compiled)
+      : config_(std::move(config)), compiled_(std::move(compiled)) {
+    const Driver& d = driver();
+    check_cu(d.cuLibraryLoadData(&library_, compiled_->cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+             "cuLibraryLoadData (loading the compiled attention kernel)");
+    check_cu(d.cuLibraryGetKernel(&kernel_, library_, compiled_->kernel_name.c_str()), "cuLibraryGetKernel");
+  }
+  ~LoadedKernel() {
+    try {
+      driver().cuLibraryUnload(library_);
+    } catch (...) {
+    }
+  }
+  LoadedKernel(const LoadedKernel&) = delete;
+  LoadedKernel& operator=(const LoadedKernel&) = delete;
+
+  const KernelConfig& config() const { return config_; }
+
+  /// The function for the current context, with its dynamic shared-memory limit raised (once per context).
+  CUfunction function_for(CUcontext ctx) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = functions_.find(ctx);
+    if (it != functions_.end()) return it->second;
+    const Driver& d = driver();
+    CUfunction f = nullptr;
+    check_cu(d.cuKernelGetFunction(&f, kernel_), "cuKernelGetFunction");
+    check_cu(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, config_.smem_bytes),
+             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    functions_.emplace(ctx, f);
+    return f;
+  }
+
+ private:
+  KernelConfig config_;
+  std::shared_ptr<const CompiledKernel> compiled_;
+  CUlibrary library_ = nullptr;
+  CUkernel kernel_ = nullptr;
+  std::mutex mu_;
+  std::map<CUcontext, CUfunction> functions_;
+};
+
+namespace {
+
+[[noreturn]] void bad_argument(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+
+int64_t positive(int64_t value, const char* name) {
+  if (value < 1) bad_argument(fmt::format("argument {} = {} is not allowed; expected >= 1", name, value));
+  if (value > 0x7fffffff) bad_argument(fmt::format("argument {} = {} is too large; expected <= 2147483647", name, value));
+  return value;
+}
+
+struct TensorShape {
+  const char* name;
+  int64_t batch, seqlen, heads, dim;
+};
+
+// Checks a device tensor: pointer, alignment, strides, and that every element lies inside the allocation
+// that holds the base pointer (so a wrong shape is an error here, not an illegal memory access later).
+void check_tensor(const TensorView& t, const TensorShape& s, int elem_bytes, int device) {
+  const Driver& d = driver();
+  const auto addr = reinterpret_cast<uintptr_t>(t.data);
+  if (t.data == nullptr) bad_argument(fmt::format("argument {}.data is null", s.name));
+  if (addr % 16 != 0)
+    bad_argument(fmt::format("argument {}.data = {:#x} is not 16-byte aligned; TMA needs 16-byte aligned base "
+                             "addresses (PTX ISA, tensor copy)", s.name, addr));
+  const struct {
+    const char* field;
+    int64_t stride, extent;
+  } strides[] = {{"stride_batch", t.stride_batch, s.batch}, {"stride_seq", t.stride_seq, s.seqlen},
+                 {"stride_head", t.stride_head, s.heads}};
+  int64_t last = s.dim - 1;  // offset of the last element, in elements
+  for (const auto& st : strides) {
+    if (st.extent == 1) continue;  // stride of a size-1 dimension is never used
+    if (st.stride <= 0)
+      bad_argument(fmt::format("argument {}.{} = {} is not allowed; expected a positive stride in elements",
+                               s.name, st.field, st.stride));
+    if ((st.stride * elem_bytes) % 16 != 0)
+      bad_argument(fmt::format("argument {}.{} = {} elements ({} bytes) is not a multiple of 16 bytes; TMA needs "
+                               "16-byte aligned strides",
+                               s.name, st.field, st.stride, st.stride * elem_bytes));
+    if (st.stride * elem_bytes >= (int64_t{1} << 40))
+      bad_argument(fmt::format("argument {}.{} = {} elements is too large for TMA (limit 2^40 bytes)", s.name,
+                               st.field, st.stride));
+    last += (st.extent - 1) * st.stride;
+  }
+  int ordinal = -1;
+  if (d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr) != CUDA_SUCCESS)
+    bad_argument(fmt::format("argument {}.data = {:#x} is not a CUDA device pointer", s.name, addr));
+  if (ordinal != device)
+    bad_argument(fmt::format("argument {}.data is on device {}, but q is on device {}; all tensors must be on one "
+                             "device", s.name, ordinal, device));
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  if (d.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) == CUDA_SUCCESS &&
+      d.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr) == CUDA_SUCCESS) {
+    const uint64_t end = addr + static_cast<uint64_t>(last + 1) * elem_bytes;
+    if (end > start + size)
+      bad_argument(fmt::format("argument {}: shape (batch {}, seqlen {}, heads {}, dim {}) with strides ({}, {}, {}) "
+                               "reaches {} bytes past its allocation",
+                               s.name, s.batch, s.seqlen, s.heads, s.dim, t.stride_batch, t.stride_seq, t.stride_head,
+                               end - (start + size)));
+  }
+}
+
+// 4-D tensor map {dim, seqlen, heads, batch} with a {64, box_rows, 1, 1} box and 128-byte swizzle
+// (docs/hopper-ptx.md §3): one box is one 64-column block of a tile.
+CUtensorMap make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDataType type, int box_rows) {
+  const int64_t row_bytes = t.stride_seq * 2;
+  auto stride_or = [&](int64_t extent, int64_t stride) {
+    return static_cast<cuuint64_t>(extent == 1 ? (row_bytes > 0 ? row_bytes : 16) : stride * 2);
+  };
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(s.dim), static_cast<cuuint64_t>(s.seqlen),
+                              static_cast<cuuint64_t>(s.heads), static_cast<cuuint64_t>(s.batch)};
+  const cuuint64_t strides[3] = {stride_or(s.seqlen, t.stride_seq), stride_or(s.heads, t.stride_head),
+                                 stride_or(s.batch, t.stride_batch)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  check_cu(driver().cuTensorMapEncodeTiled(&map, type, 4, t.data, dims, strides, box, elem_strides,
+                                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           fmt::format("cuTensorMapEncodeTiled for {}", s.name).c_str());
+  return map;
+}
+
+}  // namespace
+
+struct Runtime::Impl {
+  explicit Impl(const RuntimeOptions& o) : cache(o.cache_dir) {}
+  CubinCache cache;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<LoadedKernel>> loaded;  // by kernel_name(spec)
+
+  std::shared_ptr<LoadedKernel> load(Runtime& rt, const Spec& spec) {
+    const std::string name = kernel_name(spec);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = loaded.find(name);
+      if (it != loaded.end()) return it->second;
+    }
+    PreparedKernel prepared = rt.prepare(spec);  // compiles outside the lock; the cache compiles once per key
+    auto kernel = std::make_shared<LoadedKernel>(prepared.config, prepared.compiled);
+    std::lock_guard<std::mutex> lock(mu);
+    return loaded.emplace(name, std::move(kernel)).first->second;
+  }
+};
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {}
+Runtime::~Runtime() = default;
+
+CubinCache& Runtime::cache() { return impl_->cache; }
+
+PreparedKernel Runtime::prepare(const Spec& spec) {
+  PreparedKernel out{make_kernel_config(spec), {}, false, 0.0, nullptr};
+  const KernelSource source = emit_kernel(out.config);
+  out.key = cache_key(canonical_kernel_string(spec), source.code, default_compile_flags(), nvrtc_version_string(),
+                      kTargetArch, kGeneratorVersion);
+  CacheLookup lookup = impl_->cache.get_or_compile(out.key, [&] { return compile_kernel(source); });
+  out.cache_hit = lookup.hit;
+  out.ms = lookup.ms;
+  out.compiled = lookup.kernel;
+  const ResourceReport& r = out.compiled->report;
+  if (r.spill_store_bytes > 0 || r.spill_load_bytes > 0)
+    log(LogLevel::kWarn, fmt::format("kernel {} spills registers ({} bytes stored, {} loaded): expect it to be slow",
+                                     source.kernel_name, r.spill_store_bytes, r.spill_load_bytes));
+  return out;
+}
+
+Spec default_spec_for(DType dtype, int head_dim, int head_dim_v, bool causal) {
+  nlohmann::json doc = {{"dtype", dtype_name(dtype)}, {"head_dim", head_dim}, {"causal", causal}};
+  if (head_dim_v != 0) doc["head_dim_v"] = head_dim_v;
+  return parse_spec(doc);
+}
+
+void Runtime::forward(const ForwardArgs& args, void* stream) {
+  if (args.head_dim != 64 && args.head_dim != 128 && args.head_dim != 256)
+    bad_argument(fmt::format("argument head_dim = {} is not supported; supported head dims are 64, 128, 256",
+                             args.head_dim));
+  forward(default_spec_for(args.dtype, static_cast<int>(args.head_dim), static_cast<int>(args.head_dim_v),
+                           args.causal),
+          args, stream);
+}
+
+void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
+  // ---- arguments, before anything touches the GPU ----
+  if (a.dtype == DType::kE4m3) throw Error(ErrorCode::kUnsupported, "argument dtype = e4m3 is not yet supported");
+  if (a.dtype != spec.dtype)
+    bad_argument(fmt::format("argument dtype = {} does not match the kernel spec's dtype {}", dtype_name(a.dtype),
+                             dtype_name(spec.dtype)));
+  const int64_t head_dim_v = a.head_dim_v == 0 ? a.head_dim : a.head_dim_v;
+  if (a.head_dim != spec.head_dim || head_dim_v != spec.head_dim_v)
+    bad_argument(fmt::format("arguments head_dim = {}, head_dim_v = {} do not match the kernel spec ({}, {}); "
+                             "supported head dims are 64, 128, 256",
+                             a.head_dim, head_dim_v, spec.head_dim, spec.head_dim_v));
+  if (a.causal != spec.causal)
+    bad_argument(fmt::format("argument causal = {} does not match the kernel spec", a.causal));
+  const int64_t batch = positive(a.batch, "batch");
+  const int64_t seqlen_q = positive(a.seqlen_q, "seqlen_q");
+  const int64_t seqlen_k = positive(a.seqlen_k, "seqlen_k");
+  const int64_t num_heads = positive(a.num_heads, "num_heads");
+  const int64_t num_heads_kv = positive(a.num_heads_kv, "num_heads_kv");
+  if (num_heads % num_heads_kv != 0)
+    bad_argument(fmt::format("argument num_heads = {} is not a multiple of num_heads_kv = {}", num_heads,
+                             num_heads_kv));
+  if (batch > 65535 || num_heads > 65535)
+    bad_argument(fmt::format("arguments batch = {} and num_heads = {} must each be <= 65535 (grid limits)", batch,
+                             num_heads));
+  const float scale = a.softmax_scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(a.head_dim)) : a.softmax_scale;
+  if (!std::isfinite(scale)) bad_argument(fmt::format("argument softmax_scale = {} is not finite", a.softmax_scale));
+  if (a.lse != nullptr && reinterpret_cast<uintptr_t>(a.lse) % 4 != 0)
+    bad_argument("argument lse is not 4-byte aligned (float32 expected)");
+
+  const Driver& d = driver();
+  int device = -1;
+  if (a.q.data == nullptr) bad_argument("argument q.data is null");
+  if (d.cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                              reinterpret_cast<CUdeviceptr>(a.q.data)) != CUDA_SUCCESS)
+    bad_argument(fmt::format("argument q.data = {} is not a CUDA device pointer", a.q.data));
+  ensure_context(device);
+  const int elem = dtype_size(a.dtype);
+  const TensorShape q_shape{"q", batch, seqlen_q, num_heads, a.head_dim};
+  const TensorShape k_shape{"k", batch, seqlen_k, num_heads_kv, a.head_dim};
+  const TensorShape v_shape{"v", batch, seqlen_k, num_heads_kv, head_dim_v};
+  const TensorShape o_shape{"out", batch, seqlen_q, num_heads, head_dim_v};
+  check_tensor(a.q, q_shape, elem, device);
+  check_tensor(a.k, k_shape, elem, device);
+  check_tensor(a.v, v_shape, elem, device);
+  check_tensor(a.out, o_shape, elem, device);
+  if (a.lse != nullptr) {
+    int lse_device = -1;
+    if (d.cuPointerGetAttribute(&lse_device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                reinterpret_cast<CUdeviceptr>(a.lse)) != CUDA_SUCCESS || lse_device != device)
+      bad_argument("argument lse is not a device pointer on q's device");
+  }
+
+  // ---- kernel, tensor maps, launch ----
+  std::shared_ptr<LoadedKernel> kernel = impl_->load(*this, spec);
+  const KernelConfig& cfg = kernel->config();
+  const CUtensorMapDataType type =
+      a.dtype == DType::kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  CUtensorMap tm_q = make_tensor_map(a.q, q_shape, type, spec.block_m);
+  CUtensorMap tm_k = make_tensor_map(a.k, k_shape, type, spec.block_n);
+  CUtensorMap tm_v = make_tensor_map(a.v, v_shape, type, spec.block_n);
+  CUtensorMap tm_o = make_tensor_map(a.out, o_shape, type, 64);
+  FwdParams params{static_cast<int>(seqlen_q), static_cast<int>(seqlen_k), static_cast<int>(num_heads),
+                   static_cast<int>(num_heads / num_heads_kv), scale,
+                   scale * 1.4426950408889634f, a.lse};
+  void* kernel_args[] = {&tm_q, &tm_k, &tm_v, &tm_o, &params};
+
+  CUcontext ctx = nullptr;
+  check_cu(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  CUlaunchConfig launch{};
+  launch.gridDimX = static_cast<unsigned>((seqlen_q + spec.block_m - 1) / spec.block_m);
+  launch.gridDimY = static_cast<unsigned>(num_heads);
+  launch.gridDimZ = static_cast<unsigned>(batch);
+  launch.blockDimX = static_cast<unsigned>(cfg.num_threads);
+  launch.blockDimY = 1;
+  launch.blockDimZ = 1;
+  launch.sharedMemBytes = static_cast<unsigned>(cfg.smem_bytes);
+  launch.hStream = static_cast<CUstream>(stream);
+  check_cu(d.cuLaunchKernelEx(&launch, kernel->function_for(ctx), kernel_args, nullptr), "launching the attention kernel");
+}
+
+}  // namespace fa3jit

@@ -1,0 +1,73 @@
+// B4/B5: launch arguments the kernel cannot take give a clear Error naming the argument; never an
+// illegal memory access. Run on a GPU (the checks need real device pointers); skipped elsewhere.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "gpu_problem.h"
+
+using namespace fa3jit;
+using namespace fa3jit::test;
+
+namespace {
+
+void expect_error(const ForwardArgs& a, ErrorCode code, const std::string& fragment) {
+  try {
+    runtime().forward(a, nullptr);
+    FAIL("expected an error containing: " << fragment);
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == code);
+    CHECK(std::string(e.what()).find(fragment) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("B4: bad pointers, strides and shapes are rejected with the argument's name", "[gpu][arguments]") {
+  if (!have_gpu()) return;
+  ProblemShape s{DType::kBf16, 2, 256, 256, 4, 2, 128, false};
+  GpuProblem p(s, 9);
+
+  ForwardArgs a = p.args();
+  a.q.data = static_cast<char*>(a.q.data) + 2;  // one element off: 2-byte aligned only
+  expect_error(a, ErrorCode::kInvalidArgument, "q.data");
+
+  a = p.args();
+  a.k.stride_seq = 2 * 128 + 4;  // 520 bytes: not a multiple of 16
+  expect_error(a, ErrorCode::kInvalidArgument, "k.stride_seq");
+
+  a = p.args();
+  a.v.data = nullptr;
+  expect_error(a, ErrorCode::kInvalidArgument, "v.data is null");
+
+  std::vector<uint16_t> host(1 << 20);
+  a = p.args();
+  a.out.data = host.data() + (16 - reinterpret_cast<uintptr_t>(host.data()) % 16) / 2;
+  expect_error(a, ErrorCode::kInvalidArgument, "out.data");
+
+  a = p.args();
+  a.seqlen_k = 4096;  // k/v buffers hold 256 rows
+  expect_error(a, ErrorCode::kInvalidArgument, "past its allocation");
+
+  a = p.args();
+  a.num_heads_kv = 3;
+  expect_error(a, ErrorCode::kInvalidArgument, "num_heads_kv");
+
+  a = p.args();
+  a.seqlen_q = 0;
+  expect_error(a, ErrorCode::kInvalidArgument, "seqlen_q");
+
+  // After all the rejected calls the runtime and the context still work.
+  p.run();
+  CHECK(p.check().passed);
+}
+
+TEST_CASE("B5: an unsupported head_dim lists the supported ones", "[gpu][arguments]") {
+  if (!have_gpu()) return;
+  ProblemShape s{DType::kFp16, 1, 64, 64, 2, 2, 128, false};
+  GpuProblem p(s, 1);
+  ForwardArgs a = p.args();
+  a.head_dim = a.head_dim_v = 80;
+  expect_error(a, ErrorCode::kInvalidArgument, "64, 128, 256");
+}
