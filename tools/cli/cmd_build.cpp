@@ -1,0 +1,100 @@
+// `fa3jit emit`, `fa3jit compile` and `fa3jit cache list|clear`: everything that needs no GPU.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "generator/emit.h"
+#include "generator/error.h"
+#include "runtime/compiler.h"
+#include "runtime/cubin_cache.h"
+#include "tools/cli/commands.h"
+
+namespace fa3jit::cli {
+namespace {
+
+void write_file(const std::string& path, const std::string& content, const char* what) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  if (out) out.close();
+  if (!out) {
+    throw Error(ErrorCode::kIoError, fmt::format("cannot write the {} to {}", what, path));
+  }
+}
+
+}  // namespace
+
+std::string reported(int value, const char* unit) {
+  return value < 0 ? std::string("n/a") : fmt::format("{}{}", value, unit);
+}
+
+void print_kernel_report(const PreparedKernel& kernel) {
+  const ResourceReport& r = kernel.compiled->report;
+  fmt::print("kernel          {}\n", kernel.compiled->kernel_name);
+  fmt::print("spec            {}\n", spec_summary(kernel.config.spec));
+  fmt::print("cache key       {}\n", kernel.key);
+  fmt::print("cache           {} ({:.1f} ms {})\n", kernel.cache_hit ? "hit" : "miss", kernel.ms,
+             kernel.cache_hit ? "to load" : "to generate and compile");
+  fmt::print("registers       {}\n", reported(r.registers));
+  fmt::print("spill stores    {}\n", reported(r.spill_store_bytes, " B"));
+  fmt::print("spill loads     {}\n", reported(r.spill_load_bytes, " B"));
+  fmt::print("stack frame     {}\n", reported(r.stack_frame_bytes, " B"));
+  fmt::print("static smem     {}\n", reported(r.static_smem_bytes, " B"));
+  fmt::print("dynamic smem    {} B\n", kernel.config.smem_bytes);
+  fmt::print("threads         {}\n", kernel.config.num_threads);
+}
+
+int cmd_emit(const GlobalOptions&, const EmitOptions& options) {
+  const Spec spec = load_spec_file(options.spec_path);
+  const KernelSource source = emit_kernel(make_kernel_config(spec));
+  if (options.output_path.empty()) {
+    std::cout << source.code;
+    std::cout.flush();
+    if (!std::cout) throw Error(ErrorCode::kIoError, "cannot write the kernel source to stdout");
+  } else {
+    write_file(options.output_path, source.code, "kernel source");
+    fmt::print(stderr, "wrote {} ({} bytes, kernel {})\n", options.output_path, source.code.size(),
+               source.kernel_name);
+  }
+  return 0;
+}
+
+int cmd_compile(const GlobalOptions& global, const CompileOptions& options) {
+  const Spec spec = load_spec_file(options.spec_path);
+  Runtime runtime(RuntimeOptions{global.cache_dir});
+  const PreparedKernel kernel = runtime.prepare(spec);
+  print_kernel_report(kernel);
+  if (!options.ptx_path.empty()) {
+    std::string ptx = kernel.compiled->ptx;
+    if (ptx.empty()) {
+      // A cache entry may carry only the cubin; the PTX is cheap to regenerate for inspection.
+      ptx = compile_kernel(emit_kernel(kernel.config)).ptx;
+    }
+    write_file(options.ptx_path, ptx, "PTX");
+    fmt::print("ptx             {}\n", options.ptx_path);
+  }
+  return 0;
+}
+
+int cmd_cache_list(const GlobalOptions& global) {
+  CubinCache cache(global.cache_dir);
+  const auto entries = cache.list();
+  fmt::print("cache directory {}{}\n", cache.directory(), cache.persistent() ? "" : " (not writable: memory only)");
+  int64_t total = 0;
+  for (const CacheEntryInfo& e : entries) {
+    fmt::print("{}  {:>9} B  {}\n", e.key, e.bytes, e.kernel_name);
+    total += e.bytes;
+  }
+  fmt::print("{} entr{}, {} B\n", entries.size(), entries.size() == 1 ? "y" : "ies", total);
+  return 0;
+}
+
+int cmd_cache_clear(const GlobalOptions& global) {
+  CubinCache cache(global.cache_dir);
+  const size_t removed = cache.clear();
+  fmt::print("removed {} entr{} from {}\n", removed, removed == 1 ? "y" : "ies", cache.directory());
+  return 0;
+}
+
+}  // namespace fa3jit::cli

@@ -1,0 +1,59 @@
+// The `fa3jit` subcommands. Each returns the process exit code (0 ok, 1 check failure) and throws
+// fa3jit::Error for everything else; main() turns an Error into "fa3jit: error: <message>" and exit 2.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/attention.h"
+
+namespace fa3jit::cli {
+
+struct GlobalOptions {
+  std::string cache_dir;  // empty = FA3JIT_CACHE_DIR / XDG default (cubin_cache.h)
+};
+
+struct EmitOptions {
+  std::string spec_path;
+  std::string output_path;  // empty = stdout
+};
+
+struct CompileOptions {
+  std::string spec_path;
+  std::string ptx_path;  // empty = do not write PTX
+};
+
+struct RunOptions {
+  std::string spec_path;
+  int iters = 30;
+  int warmup = 5;
+  int64_t check_rows = 1024;  // random rows checked (plus the first and last m-block of one head)
+  uint64_t seed = 0;
+  int device = 0;
+  bool json = false;  // bench only
+};
+
+struct TuneOptions {
+  std::string sweep_path;
+  int iters = 30;
+  int warmup = 5;
+  int64_t check_rows = 256;
+  uint64_t seed = 0;
+  int device = 0;
+};
+
+int cmd_emit(const GlobalOptions& global, const EmitOptions& options);
+int cmd_compile(const GlobalOptions& global, const CompileOptions& options);
+int cmd_run(const GlobalOptions& global, const RunOptions& options);
+int cmd_bench(const GlobalOptions& global, const RunOptions& options);
+int cmd_tune(const GlobalOptions& global, const TuneOptions& options);
+int cmd_cache_list(const GlobalOptions& global);
+int cmd_cache_clear(const GlobalOptions& global);
+
+/// Prints the resource report of a prepared kernel (what `fa3jit compile` shows), one "key  value" per line.
+void print_kernel_report(const PreparedKernel& kernel);
+
+/// "168" or "n/a" for a value ptxas did not report (-1).
+std::string reported(int value, const char* unit = "");
+
+}  // namespace fa3jit::cli

@@ -1,0 +1,139 @@
+// fa3jit command-line tool: emit, compile, run, bench and tune attention kernels, and manage the cubin cache.
+//
+// Exit codes: 0 success; 1 a correctness check failed (`run`); 2 any error (bad spec or argument, compile or
+// driver failure, I/O), printed as "fa3jit: error: <message>" on stderr. The tool never aborts.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "fa3jit/fa3jit.h"
+#include "generator/emit.h"
+#include "generator/error.h"
+#include "runtime/compiler.h"
+#include "runtime/log.h"
+#include "tools/cli/commands.h"
+
+namespace {
+
+using namespace fa3jit::cli;
+
+std::string version_string() {
+  std::string nvrtc;
+  try {
+    nvrtc = fa3jit::nvrtc_version_string();
+  } catch (const std::exception&) {
+    nvrtc = "unavailable";
+  }
+  return fmt::format("fa3jit {} (generator {}, NVRTC {}, target {})", fa3jit_version(), fa3jit::kGeneratorVersion,
+                     nvrtc, fa3jit::kTargetArch);
+}
+
+void add_cache_dir(CLI::App* app, GlobalOptions& global) {
+  app->add_option("--cache-dir", global.cache_dir,
+                  "cubin cache directory (default: $FA3JIT_CACHE_DIR, else $XDG_CACHE_HOME/fa3jit, else "
+                  "~/.cache/fa3jit)");
+}
+
+void add_gpu_options(CLI::App* app, int& iters, int& warmup, uint64_t& seed, int& device) {
+  app->add_option("--iters", iters, "timed runs; the median is reported (>= 30)")->capture_default_str()
+      ->check(CLI::Range(30, 1000000));
+  app->add_option("--warmup", warmup, "untimed runs before timing")->capture_default_str()->check(CLI::Range(0, 1000000));
+  app->add_option("--seed", seed, "seed of the random inputs (FA3 Table 3 distribution)")->capture_default_str();
+  app->add_option("--device", device, "CUDA device ordinal")->capture_default_str()->check(CLI::NonNegativeNumber);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"JIT generator of FlashAttention-3-class attention kernels for NVIDIA Hopper (sm_90a).\n"
+               "Exit codes: 0 ok, 1 correctness check failed, 2 error.",
+               "fa3jit"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::function<std::string()>(version_string));
+  GlobalOptions global;
+  bool verbose = false;
+  add_cache_dir(&app, global);
+  app.add_flag("-v,--verbose", verbose, "log cold compiles and cache activity (same as FA3JIT_LOG=info)");
+
+  EmitOptions emit_opts;
+  CLI::App* emit = app.add_subcommand("emit", "write the generated CUDA source of a spec");
+  emit->add_option("spec", emit_opts.spec_path, "spec JSON file")->required();
+  emit->add_option("-o,--output", emit_opts.output_path, "output file (default: stdout)");
+
+  CompileOptions compile_opts;
+  CLI::App* compile = app.add_subcommand("compile", "compile a spec (or load it from the cache) and print its resources");
+  compile->add_option("spec", compile_opts.spec_path, "spec JSON file")->required();
+  compile->add_option("--ptx", compile_opts.ptx_path, "also write the PTX to this file");
+  add_cache_dir(compile, global);
+
+  RunOptions run_opts;
+  CLI::App* run = app.add_subcommand(
+      "run", "emit, compile, run on the GPU, check against the CPU reference and time (needs \"problem\")");
+  run->add_option("spec", run_opts.spec_path, "spec JSON file")->required();
+  run->add_option("--rows", run_opts.check_rows,
+                  "random rows checked, besides the first and last m-block of one head")->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{100000000}));
+  add_gpu_options(run, run_opts.iters, run_opts.warmup, run_opts.seed, run_opts.device);
+  add_cache_dir(run, global);
+
+  RunOptions bench_opts;
+  CLI::App* bench = app.add_subcommand("bench", "time a spec's problem on the GPU, one line (or --json)");
+  bench->add_option("spec", bench_opts.spec_path, "spec JSON file")->required();
+  bench->add_flag("--json", bench_opts.json, "print the result as one JSON object");
+  add_gpu_options(bench, bench_opts.iters, bench_opts.warmup, bench_opts.seed, bench_opts.device);
+  add_cache_dir(bench, global);
+
+  TuneOptions tune_opts;
+  CLI::App* tune = app.add_subcommand(
+      "tune",
+      "compile every point of a sweep space, time it on a GPU and rank it.\n"
+      "SWEEP.json: {\"base\": {spec}, \"sweep\": {\"tile.block_n\": [64, 128], \"stages\": [2, 3]}}");
+  tune->add_option("sweep", tune_opts.sweep_path, "sweep JSON file")->required();
+  tune->add_option("--rows", tune_opts.check_rows, "random rows checked per candidate")->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{100000000}));
+  add_gpu_options(tune, tune_opts.iters, tune_opts.warmup, tune_opts.seed, tune_opts.device);
+  add_cache_dir(tune, global);
+
+  CLI::App* cache = app.add_subcommand("cache", "inspect or clear the cubin cache");
+  cache->require_subcommand(1);
+  CLI::App* cache_list = cache->add_subcommand("list", "list cache entries");
+  CLI::App* cache_clear = cache->add_subcommand("clear", "remove every cache entry");
+  add_cache_dir(cache, global);
+  add_cache_dir(cache_list, global);
+  add_cache_dir(cache_clear, global);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints help, version or the usage error
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    if (verbose) fa3jit::set_log_level(fa3jit::LogLevel::kInfo);
+    if (*emit) return cmd_emit(global, emit_opts);
+    if (*compile) return cmd_compile(global, compile_opts);
+    if (*run) return cmd_run(global, run_opts);
+    if (*bench) return cmd_bench(global, bench_opts);
+    if (*tune) return cmd_tune(global, tune_opts);
+    if (*cache_list) return cmd_cache_list(global);
+    if (*cache_clear) return cmd_cache_clear(global);
+    fmt::print(stderr, "fa3jit: error: no command given; see fa3jit --help\n");
+    return 2;
+  } catch (const fa3jit::Error& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "fa3jit: error: {}\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    fmt::print(stderr, "fa3jit: error: out of host memory (is the problem too large?)\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "fa3jit: error: internal: {}\n", e.what());
+    return 2;
+  }
+}
