@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ namespace {
 
 // parse_spec is overloaded on json and std::string; a string literal would be ambiguous.
 Spec parse(const std::string& text) { return fa3jit::parse_spec(text); }
+
+// A spec that leaves every kernel field to the tile table.
+std::string table_default_spec(DType dtype, int head_dim, bool causal) {
+  return nlohmann::json{{"dtype", fa3jit::dtype_name(dtype)}, {"head_dim", head_dim}, {"causal", causal}}.dump();
+}
 
 struct BadCase {
   const char* name;
@@ -87,28 +93,69 @@ const std::vector<BadCase> kBadCases = {
      {"\"stages\"", "1", "[2, 4]"}},
     {"stages 5", R"({"dtype": "bf16", "head_dim": 128, "stages": 5})", ErrorCode::kInvalidSpec,
      {"\"stages\"", "5", "[2, 4]"}},
-    // 32768 + 4 * (32768 + 32768) + 1280 bytes.
-    {"smem overflow d128 stages 4", R"({"dtype": "bf16", "head_dim": 128, "stages": 4})", ErrorCode::kInvalidSpec,
-     {"\"stages\" (4)", "\"tile\" (128x128)", "\"head_dim\" (128)", "296192 bytes", "232448"}},
+    // The non-causal default tile 128x176 is at the shared-memory limit with 2 stages:
+    // 32768 + 3 * (45056 + 45056) + 1280 bytes.
+    {"smem overflow d128 non-causal stages 3", R"({"dtype": "bf16", "head_dim": 128, "stages": 3})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"tile\" (128x176)", "\"head_dim\" (128)", "304384 bytes", "232448"}},
+    // 32768 + 4 * (45056 + 45056) + 1280 bytes.
+    {"smem overflow d128 non-causal stages 4", R"({"dtype": "bf16", "head_dim": 128, "stages": 4})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (4)", "\"tile\" (128x176)", "\"head_dim\" (128)", "394496 bytes", "232448"}},
+    // Causal default 128x128: 32768 + 4 * (32768 + 32768) + 1280 bytes.
+    {"smem overflow d128 causal stages 4", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "stages": 4})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (4)", "\"tile\" (128x128)", "\"head_dim\" (128)", "296192 bytes", "232448"}},
     // 65536 + 3 * (32768 + 32768) + 1280 bytes.
     {"smem overflow d256 stages 3", R"({"dtype": "fp16", "head_dim": 256, "tile": {"block_n": 64}, "stages": 3})",
      ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"head_dim\" (256)", "263424 bytes", "232448"}},
-    // Registers 128/2 + 128/2 + 128/4 + 32 = 256 > 240 and smem 65536 + 2 * 131072 + 1280: both reported.
+    // Registers 128/2 + 128/2 + 128/4 + 24 = 248 > 240 and smem 65536 + 2 * 131072 + 1280: both reported.
     {"smem and registers d256 block_n 128", R"({"dtype": "bf16", "head_dim": 256, "tile": {"block_n": 128}})",
-     ErrorCode::kInvalidSpec, {"328960 bytes", "232448", "estimated 256 registers", "budget of 240"}},
-    // 32 + 72 + 36 + 32 = 172 registers > 160 for 3 consumer warpgroups; shared memory fits.
-    {"register overflow d64 block_n 144", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_n": 144}})",
      ErrorCode::kInvalidSpec,
-     {"\"tile.block_n\" (144)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (3)", "estimated 172", "budget of 160"}},
-    // 64 + 128 + 64 + 32 = 288 registers > 240.
-    {"register overflow d128 block_n 256", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 256}})",
-     ErrorCode::kInvalidSpec, {"\"tile.block_n\" (256)", "\"head_dim\" (128)", "estimated 288", "budget of 240"}},
-    {"pingpong not implemented", R"({"dtype": "bf16", "head_dim": 128, "pingpong": true})", ErrorCode::kUnsupported,
-     {"\"pingpong\"", "true", "not yet implemented", "expected false"}},
-    {"intra_wg_overlap not implemented", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": true})",
-     ErrorCode::kUnsupported, {"\"intra_wg_overlap\"", "true", "not yet implemented"}},
+     {"328960 bytes", "232448", "estimated 248 registers", "(with intra_wg_overlap)", "budget of 240", "; also "}},
+    // Registers 64 + 128 + 64 + 24 = 280 > 240 and smem 32768 + 2 * 131072 + 1280 = 296192.
+    {"smem and registers d128 block_n 256", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 256}})",
+     ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (256)", "\"head_dim\" (128)", "estimated 280", "budget of 240", "296192 bytes"}},
+    // 3 consumer warpgroups, budget 160: 32 + 72 + 36 + 24 = 164 (block_n 128 gives 152 and fits).
+    {"register overflow d64 wg3 block_n 144", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_n": 144}})",
+     ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (144)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (3)", "estimated 164",
+      "budget of 160 for 3 consumer warpgroups"}},
+    // 64 + 56 + 28 + 24 = 172 > 160 (block_n 96 gives exactly 160 and fits).
+    {"register overflow d128 wg3 block_n 112",
+     R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 112}})", ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (112)", "\"head_dim\" (128)", "\"consumer_warpgroups\" (3)", "estimated 172", "budget of 160"}},
+    // 2 consumer warpgroups, budget 240: 32 + 128 + 64 + 24 = 248; smem 16384 + 2 * 65536 + 1280 fits.
+    {"register overflow d64 wg2 block_n 256", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 128, "block_n": 256}})",
+     ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (256)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (2)", "estimated 248",
+      "budget of 240 for 2 consumer warpgroups"}},
+    // 1 consumer warpgroup, budget 240: the same 248; the estimate does not depend on intra_wg_overlap.
+    {"register overflow d64 wg1 block_n 256 without overlap",
+     R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 64, "block_n": 256}, "intra_wg_overlap": false})",
+     ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (256)", "\"consumer_warpgroups\" (1)", "estimated 248", "budget of 240 for 1 consumer warpgroup;"}},
+    // Pingpong hands GEMM turns between exactly two warpgroups of the overlapped mainloop.
+    {"pingpong without intra_wg_overlap",
+     R"({"dtype": "bf16", "head_dim": 128, "pingpong": true, "intra_wg_overlap": false})", ErrorCode::kInvalidSpec,
+     {"spec field \"pingpong\": true is not allowed", "intra_wg_overlap false and consumer_warpgroups 2",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2"}},
+    {"pingpong with 3 warpgroups (d64 default)", R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})",
+     ErrorCode::kInvalidSpec,
+     {"\"pingpong\"", "intra_wg_overlap true and consumer_warpgroups 3",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2"}},
+    {"pingpong with 3 warpgroups (d128 block_m 192)",
+     R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 64}, "pingpong": true})",
+     ErrorCode::kInvalidSpec, {"\"pingpong\"", "consumer_warpgroups 3", "needs intra_wg_overlap true"}},
+    {"pingpong with 1 warpgroup", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}, "pingpong": true})",
+     ErrorCode::kInvalidSpec,
+     {"\"pingpong\"", "intra_wg_overlap true and consumer_warpgroups 1",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2"}},
+    {"pingpong with 1 warpgroup and no overlap",
+     R"({"dtype": "bf16", "head_dim": 256, "consumer_warpgroups": 1, "intra_wg_overlap": false, "pingpong": true})",
+     ErrorCode::kInvalidSpec, {"\"pingpong\"", "intra_wg_overlap false and consumer_warpgroups 1"}},
     {"pingpong wrong type", R"({"dtype": "bf16", "head_dim": 128, "pingpong": 1})", ErrorCode::kInvalidSpec,
      {"\"pingpong\"", "1", "wrong type", "true or false"}},
+    {"intra_wg_overlap wrong type", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": "true"})",
+     ErrorCode::kInvalidSpec, {"\"intra_wg_overlap\"", "\"true\"", "wrong type", "true or false"}},
     {"problem null", R"({"dtype": "bf16", "head_dim": 128, "problem": null})", ErrorCode::kInvalidSpec,
      {"\"problem\"", "null", "object"}},
     {"problem missing seqlen_q",
@@ -139,31 +186,66 @@ struct GoodCase {
   const char* json;
   DType dtype;
   int head_dim, block_m, block_n, consumer_warpgroups, stages;
-  bool causal;
+  bool causal, pingpong, intra_wg_overlap;
 };
 
 const std::vector<GoodCase> kGoodCases = {
-    {"bf16 d128 defaults", R"({"dtype": "bf16", "head_dim": 128})", DType::kBf16, 128, 128, 128, 2, 2, false},
+    // Tile table defaults (FA3 tile_size_fwd_sm90): d128 128x176 non-causal, 128x128 causal, both pingpong.
+    {"bf16 d128 defaults", R"({"dtype": "bf16", "head_dim": 128})", DType::kBf16, 128, 128, 176, 2, 2, false, true,
+     true},
+    {"bf16 d128 causal defaults", R"({"dtype": "bf16", "head_dim": 128, "causal": true})", DType::kBf16, 128, 128, 128,
+     2, 2, true, true, true},
+    {"fp16 d64 defaults", R"({"dtype": "fp16", "head_dim": 64})", DType::kFp16, 64, 192, 128, 3, 2, false, false, true},
     {"fp16 d64 causal defaults", R"({"dtype": "fp16", "head_dim": 64, "causal": true})", DType::kFp16, 64, 192, 128,
-     3, 2, true},
-    {"bf16 d256 defaults", R"({"dtype": "bf16", "head_dim": 256})", DType::kBf16, 256, 128, 80, 2, 2, false},
+     3, 2, true, false, true},
+    {"bf16 d256 defaults", R"({"dtype": "bf16", "head_dim": 256})", DType::kBf16, 256, 128, 80, 2, 2, false, false,
+     true},
+    {"fp16 d256 causal defaults", R"({"dtype": "fp16", "head_dim": 256, "causal": true})", DType::kFp16, 256, 128, 80,
+     2, 2, true, false, true},
+    // One warpgroup: the table's pingpong does not apply and is dropped without an error.
     {"block_m alone sets consumer_warpgroups", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}})",
-     DType::kBf16, 128, 64, 128, 1, 2, false},
+     DType::kBf16, 128, 64, 176, 1, 2, false, false, true},
+    {"block_m 64 causal", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_m": 64}})",
+     DType::kBf16, 128, 64, 128, 1, 2, true, false, true},
     {"consumer_warpgroups alone sets block_m", R"({"dtype": "bf16", "head_dim": 64, "consumer_warpgroups": 2})",
-     DType::kBf16, 64, 128, 128, 2, 2, false},
+     DType::kBf16, 64, 128, 128, 2, 2, false, false, true},
     {"block_m and consumer_warpgroups agree",
      R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 192, "block_n": 64}, "consumer_warpgroups": 3})",
-     DType::kBf16, 64, 192, 64, 3, 2, false},
-    // FA3's non-causal hdim-128 tile: 64 + 88 + 44 + 32 = 228 registers, 214272 bytes of smem.
-    {"d128 128x176", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 176}})", DType::kBf16, 128, 128, 176,
-     2, 2, false},
-    {"d128 stages 3 fits", R"({"dtype": "fp16", "head_dim": 128, "stages": 3})", DType::kFp16, 128, 128, 128, 2, 3,
-     false},
+     DType::kBf16, 64, 192, 64, 3, 2, false, false, true},
+    // Three warpgroups at d128: 64 + 48 + 24 + 24 = 160 registers, exactly the budget; pingpong dropped.
+    {"d128 wg3 block_n 96 at the register budget",
+     R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 96}})", DType::kBf16, 128, 192,
+     96, 3, 2, false, false, true},
+    // 64 + 88 + 44 + 24 = 220 registers, 32768 + 2 * 90112 + 1280 = 214272 bytes of smem.
+    {"d128 causal 128x176", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 176}})",
+     DType::kBf16, 128, 128, 176, 2, 2, true, true, true},
+    // 64 + 96 + 48 + 24 = 232 registers, 32768 + 2 * 98304 + 1280 = 229376 bytes: the largest d128 block_n.
+    {"d128 128x192 fits", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 192}})", DType::kBf16, 128, 128,
+     192, 2, 2, false, true, true},
+    // 32768 + 3 * 65536 + 1280 = 230656 bytes.
+    {"d128 causal stages 3 fits", R"({"dtype": "fp16", "head_dim": 128, "causal": true, "stages": 3})", DType::kFp16,
+     128, 128, 128, 2, 3, true, true, true},
+    {"d128 block_n 128 stages 3 fits", R"({"dtype": "fp16", "head_dim": 128, "tile": {"block_n": 128}, "stages": 3})",
+     DType::kFp16, 128, 128, 128, 2, 3, false, true, true},
     {"d64 stages 4 fits", R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}, "stages": 4})", DType::kFp16,
-     64, 128, 128, 2, 4, false},
+     64, 128, 128, 2, 4, false, false, true},
     {"explicit false knobs and head_dim_v",
      R"({"dtype": "bf16", "head_dim": 256, "head_dim_v": 256, "hadamard": false, "pingpong": false, "intra_wg_overlap": false})",
-     DType::kBf16, 256, 128, 80, 2, 2, false},
+     DType::kBf16, 256, 128, 80, 2, 2, false, false, false},
+    // Without intra_wg_overlap the table's pingpong does not apply and is dropped without an error.
+    {"intra_wg_overlap false drops the pingpong default", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false})",
+     DType::kBf16, 128, 128, 176, 2, 2, false, false, false},
+    {"pingpong false keeps the overlap default", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "pingpong": false})",
+     DType::kBf16, 128, 128, 128, 2, 2, true, false, true},
+    {"both knobs spelled out true", R"({"dtype": "fp16", "head_dim": 128, "pingpong": true, "intra_wg_overlap": true})",
+     DType::kFp16, 128, 128, 176, 2, 2, false, true, true},
+    {"pingpong opt-in at d256", R"({"dtype": "bf16", "head_dim": 256, "pingpong": true})", DType::kBf16, 256, 128, 80, 2,
+     2, false, true, true},
+    {"pingpong opt-in at d64 with 2 warpgroups",
+     R"({"dtype": "fp16", "head_dim": 64, "consumer_warpgroups": 2, "pingpong": true})", DType::kFp16, 64, 128, 128, 2,
+     2, false, true, true},
+    {"d64 wg3 without overlap", R"({"dtype": "bf16", "head_dim": 64, "intra_wg_overlap": false})", DType::kBf16, 64,
+     192, 128, 3, 2, false, false, false},
 };
 
 }  // namespace
@@ -194,9 +276,9 @@ TEST_CASE("good specs resolve every field", "[spec]") {
     CHECK(spec.block_n == c.block_n);
     CHECK(spec.consumer_warpgroups == c.consumer_warpgroups);
     CHECK(spec.stages == c.stages);
+    CHECK(spec.pingpong == c.pingpong);
+    CHECK(spec.intra_wg_overlap == c.intra_wg_overlap);
     CHECK_FALSE(spec.hadamard);
-    CHECK_FALSE(spec.pingpong);
-    CHECK_FALSE(spec.intra_wg_overlap);
     CHECK_FALSE(spec.problem.has_value());
     // The canonical JSON is itself a spec that resolves to the same Spec.
     CHECK(fa3jit::parse_spec(fa3jit::canonical_kernel_json(spec)) == spec);
@@ -223,7 +305,7 @@ TEST_CASE("problem defaults and limits", "[spec]") {
 TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and the problem (B10)", "[spec]") {
   const Spec a = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})");
   const Spec b = parse(R"({"causal": true, "head_dim": 128, "dtype": "bf16"})");
-  const Spec c = parse(R"({"stages": 2, "pingpong": false, "intra_wg_overlap": false, "hadamard": false,
+  const Spec c = parse(R"({"stages": 2, "pingpong": true, "intra_wg_overlap": true, "hadamard": false,
       "consumer_warpgroups": 2, "tile": {"block_n": 128, "block_m": 128}, "head_dim_v": 128,
       "causal": true, "head_dim": 128, "dtype": "bf16"})");
   const Spec d = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true,
@@ -231,15 +313,30 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = fa3jit::canonical_kernel_string(a);
   CHECK(key ==
         R"({"causal":true,"consumer_warpgroups":2,"dtype":"bf16","hadamard":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":false,"pingpong":false,"stages":2,"tile":{"block_m":128,"block_n":128}})");
+        R"("head_dim_v":128,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":128}})");
   CHECK(fa3jit::canonical_kernel_string(b) == key);
   CHECK(fa3jit::canonical_kernel_string(c) == key);
   CHECK(fa3jit::canonical_kernel_string(d) == key);
   CHECK(a == c);
 
+  // The non-causal d128 and the d64 defaults, spelled out in full.
+  CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
+        R"({"causal":false,"consumer_warpgroups":2,"dtype":"fp16","hadamard":false,"head_dim":128,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
+  CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
+        R"({"causal":false,"consumer_warpgroups":3,"dtype":"bf16","hadamard":false,"head_dim":64,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"pingpong":false,"stages":2,"tile":{"block_m":192,"block_n":128}})");
+
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
   CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}})")) ==
         fa3jit::canonical_kernel_string(parse(R"({"dtype": "fp16", "head_dim": 64, "consumer_warpgroups": 2})")));
+  // Where the table's pingpong cannot apply, leaving it out and writing false name the same kernel.
+  CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}})")) ==
+        fa3jit::canonical_kernel_string(
+            parse(R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}, "pingpong": false})")));
+  CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false})")) ==
+        fa3jit::canonical_kernel_string(
+            parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false})")));
 
   // Any kernel field that differs gives a different key.
   const std::vector<std::string> others = {
@@ -247,13 +344,21 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
       R"({"dtype": "fp16", "head_dim": 128, "causal": true})",
       R"({"dtype": "bf16", "head_dim": 64, "causal": true})",
       R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 64}})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 176}})",
       R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_m": 64}})",
       R"({"dtype": "bf16", "head_dim": 128, "causal": true, "stages": 3})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "pingpong": false})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "intra_wg_overlap": false})",
   };
+  std::set<std::string> keys = {key};
   for (const std::string& other : others) {
     INFO(other);
-    CHECK(fa3jit::canonical_kernel_string(parse(other)) != key);
+    const std::string other_key = fa3jit::canonical_kernel_string(parse(other));
+    CHECK(other_key != key);
+    keys.insert(other_key);
   }
+  // ... and the variants differ from each other as well.
+  CHECK(keys.size() == others.size() + 1);
 }
 
 TEST_CASE("spec_to_json and spec_summary", "[spec]") {
@@ -263,9 +368,13 @@ TEST_CASE("spec_to_json and spec_summary", "[spec]") {
   CHECK(doc.at("problem").at("seqlen_k") == 200);
   CHECK(doc.at("problem").at("batch") == 1);
   CHECK(doc.at("tile").at("block_n") == 128);
+  CHECK(doc.at("pingpong") == true);
+  CHECK(doc.at("intra_wg_overlap") == true);
   CHECK_FALSE(fa3jit::canonical_kernel_json(spec).contains("problem"));
-  CHECK(fa3jit::spec_summary(spec) == "bf16 d128 causal 128x128 wg2 st2");
-  CHECK(fa3jit::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2");
+  CHECK(fa3jit::spec_summary(spec) == "bf16 d128 causal 128x128 wg2 st2 pingpong overlap");
+  CHECK(fa3jit::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 overlap");
+  CHECK(fa3jit::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
+        "bf16 d256 128x80 wg2 st2");
 }
 
 TEST_CASE("spec files: every config parses, names match contents, default.json is Llama-3.1-8B prefill",
@@ -318,10 +427,37 @@ TEST_CASE("load_spec_file reports unreadable and bad files with the path", "[spe
 }
 
 TEST_CASE("tile table defaults and kernel configs", "[spec]") {
-  const auto d64 = fa3jit::default_tile(DType::kBf16, 64, false);
-  CHECK((d64.block_m == 192 && d64.block_n == 128 && d64.consumer_warpgroups == 3 && d64.stages == 2));
-  const auto d256 = fa3jit::default_tile(DType::kFp16, 256, true);
-  CHECK((d256.block_m == 128 && d256.block_n == 80 && d256.consumer_warpgroups == 2));
+  struct Row {
+    int head_dim;
+    bool causal;
+    fa3jit::TileDefaults expected;
+  };
+  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
+  const std::vector<Row> rows = {
+      {64, false, {192, 128, 3, 2, false, true}},  {64, true, {192, 128, 3, 2, false, true}},
+      {128, false, {128, 176, 2, 2, true, true}},  {128, true, {128, 128, 2, 2, true, true}},
+      {256, false, {128, 80, 2, 2, false, true}},  {256, true, {128, 80, 2, 2, false, true}},
+  };
+  for (const Row& row : rows) {
+    for (const DType dtype : {DType::kFp16, DType::kBf16}) {
+      INFO("head_dim " << row.head_dim << " causal " << row.causal << " dtype " << fa3jit::dtype_name(dtype));
+      const fa3jit::TileDefaults t = fa3jit::default_tile(dtype, row.head_dim, row.causal);
+      CHECK(t.block_m == row.expected.block_m);
+      CHECK(t.block_n == row.expected.block_n);
+      CHECK(t.consumer_warpgroups == row.expected.consumer_warpgroups);
+      CHECK(t.stages == row.expected.stages);
+      CHECK(t.pingpong == row.expected.pingpong);
+      CHECK(t.intra_wg_overlap == row.expected.intra_wg_overlap);
+      // A spec that leaves the kernel fields out resolves to exactly the table row.
+      const Spec spec = parse(table_default_spec(dtype, row.head_dim, row.causal));
+      CHECK(spec.block_m == t.block_m);
+      CHECK(spec.block_n == t.block_n);
+      CHECK(spec.consumer_warpgroups == t.consumer_warpgroups);
+      CHECK(spec.stages == t.stages);
+      CHECK(spec.pingpong == t.pingpong);
+      CHECK(spec.intra_wg_overlap == t.intra_wg_overlap);
+    }
+  }
   try {
     fa3jit::default_tile(DType::kBf16, 96, false);
     FAIL("default_tile accepted head_dim 96");
@@ -330,31 +466,44 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
     CHECK_THAT(std::string(e.what()), Contains("96") && Contains("64, 128, 256"));
   }
 
+  // Registers per consumer thread: head_dim_v/2 + block_n/2 + block_n/4 + 24.
   const auto c128 = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128})"));
   CHECK(c128.num_threads == 384);
   CHECK(c128.producer_registers == 24);
   CHECK(c128.consumer_registers == 240);
   CHECK(c128.smem_q_bytes == 32768);
-  CHECK(c128.smem_k_stage_bytes == 32768);
-  CHECK(c128.smem_v_stage_bytes == 32768);
-  CHECK(c128.smem_bytes == 32768 + 2 * 65536 + 1280);
-  CHECK(c128.estimated_consumer_registers == 64 + 64 + 32 + 32);
+  CHECK(c128.smem_k_stage_bytes == 176 * 128 * 2);
+  CHECK(c128.smem_v_stage_bytes == 176 * 128 * 2);
+  CHECK(c128.smem_bytes == 214272);
+  CHECK(c128.estimated_consumer_registers == 64 + 88 + 44 + 24);
+
+  const auto c128c = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})"));
+  CHECK(c128c.smem_k_stage_bytes == 32768);
+  CHECK(c128c.smem_bytes == 32768 + 2 * 65536 + 1280);
+  CHECK(c128c.estimated_consumer_registers == 64 + 64 + 32 + 24);
 
   const auto c64 = fa3jit::make_kernel_config(parse(R"({"dtype": "fp16", "head_dim": 64})"));
   CHECK(c64.num_threads == 512);
   CHECK(c64.producer_registers == 32);
   CHECK(c64.consumer_registers == 160);
-  CHECK(c64.estimated_consumer_registers == 160);
+  CHECK(c64.smem_bytes == 24576 + 2 * 32768 + 1280);
+  CHECK(c64.estimated_consumer_registers == 152);
 
   const auto c256 = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 256})"));
   CHECK(c256.smem_bytes == 230656);
-  CHECK(c256.estimated_consumer_registers == 220);
+  CHECK(c256.estimated_consumer_registers == 128 + 40 + 20 + 24);
 
   const auto c1 = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 1})"));
   CHECK(c1.num_threads == 256);
   CHECK(c1.producer_registers == 56);
   CHECK(c1.consumer_registers == 240);
   CHECK(c1.smem_q_bytes == 64 * 128 * 2);
+  CHECK_FALSE(c1.spec.pingpong);
+
+  // The estimate is the same with and without intra-warpgroup overlap.
+  const auto sequential = fa3jit::make_kernel_config(
+      parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false})"));
+  CHECK(sequential.estimated_consumer_registers == c128.estimated_consumer_registers);
 
   // A Spec built in code with nonsense values gets an Error, not an out-of-bounds read.
   Spec broken;
@@ -365,6 +514,42 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   broken = Spec{};
   broken.block_n = -16;
   CHECK_THROWS_AS(fa3jit::make_kernel_config(broken), Error);
+}
+
+TEST_CASE("make_kernel_config rejects pingpong that parse_spec would reject, for Specs built in code", "[spec]") {
+  // Runtime::prepare takes a Spec directly; a pingpong kernel with one or three consumer warpgroups would
+  // wait forever for a GEMM turn that no other warpgroup hands over.
+  const Spec base = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})");
+  REQUIRE(base.pingpong);
+  CHECK_NOTHROW(fa3jit::make_kernel_config(base));
+  struct Variant {
+    const char* name;
+    int block_m, consumer_warpgroups;
+    bool intra_wg_overlap;
+    const char* fragment;
+  };
+  const std::vector<Variant> variants = {
+      {"1 warpgroup", 64, 1, true, "intra_wg_overlap true and consumer_warpgroups 1"},
+      {"3 warpgroups", 192, 3, true, "intra_wg_overlap true and consumer_warpgroups 3"},
+      {"no overlap", 128, 2, false, "intra_wg_overlap false and consumer_warpgroups 2"},
+  };
+  for (const Variant& v : variants) {
+    INFO(v.name);
+    Spec spec = base;
+    spec.block_m = v.block_m;
+    spec.consumer_warpgroups = v.consumer_warpgroups;
+    spec.intra_wg_overlap = v.intra_wg_overlap;
+    spec.block_n = 64;  // fits the register budget of every warpgroup count
+    try {
+      fa3jit::make_kernel_config(spec);
+      FAIL_CHECK("accepted pingpong with " << v.name);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidSpec);
+      CHECK_THAT(std::string(e.what()), Contains("\"pingpong\"") && Contains(v.fragment));
+    }
+    spec.pingpong = false;
+    CHECK_NOTHROW(fa3jit::make_kernel_config(spec));
+  }
 }
 
 TEST_CASE("error code and dtype names", "[spec]") {
