@@ -1,0 +1,138 @@
+"""Layouts a serving process hands the kernel, on the GPU: q/k/v as views of one fused qkv buffer (case B3 of
+the shared bug-report cases), non-contiguous heads, padded rows, released models' head layouts at seqlen 2048,
+arrays given through __cuda_array_interface__, and the stream the kernel runs on."""
+
+import pytest
+
+from support import load_data, needs_gpu
+
+pytestmark = needs_gpu
+
+torch = pytest.importorskip("torch")
+
+import fa3jit  # noqa: E402
+from attention_reference import check_against_reference  # noqa: E402
+
+
+def _randn(*shape, dtype=torch.bfloat16, seed=0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(shape, device="cuda", dtype=dtype, generator=generator)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256], ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_fused_qkv_views(dtype, head_dim, causal):
+    """B3: (batch, seqlen, num_heads + 2 * num_heads_kv, head_dim) buffer; k and v head strides are not
+    num_heads_kv * head_dim. The result must be correct and bit-identical to contiguous copies."""
+    batch, seqlen, num_heads, num_heads_kv = 2, 1000, 8, 2
+    qkv = _randn(batch, seqlen, num_heads + 2 * num_heads_kv, head_dim, dtype=dtype, seed=head_dim)
+    q = qkv[:, :, :num_heads]
+    k = qkv[:, :, num_heads:num_heads + num_heads_kv]
+    v = qkv[:, :, num_heads + num_heads_kv:]
+    assert not k.is_contiguous()
+    out, lse = fa3jit.flash_attn_func(q, k, v, causal=causal, return_lse=True)
+    check_against_reference(out, lse, q, k, v, causal)
+    out_contiguous, lse_contiguous = fa3jit.flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                            causal=causal, return_lse=True)
+    assert torch.equal(out, out_contiguous) and torch.equal(lse, lse_contiguous)
+
+
+@pytest.mark.parametrize("layout", ["heads_outer", "padded_rows"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256], ids=lambda d: f"d{d}")
+def test_non_contiguous_heads(head_dim, causal, layout):
+    """heads_outer: tensors stored (batch, heads, seqlen, head_dim) and transposed, so the seq stride is
+    head_dim and the head stride seqlen * head_dim (out too). padded_rows: each head row padded by 64 elements
+    (128 bytes). Results must match contiguous inputs bit for bit."""
+    batch, seqlen_q, seqlen_k, num_heads, num_heads_kv = 2, 777, 1031, 6, 2
+
+    def make(seqlen, heads, seed):
+        if layout == "heads_outer":
+            return _randn(batch, heads, seqlen, head_dim, seed=seed).transpose(1, 2)
+        return _randn(batch, seqlen, heads, head_dim + 64, seed=seed)[..., :head_dim]
+
+    q, k, v = make(seqlen_q, num_heads, 1), make(seqlen_k, num_heads_kv, 2), make(seqlen_k, num_heads_kv, 3)
+    out = make(seqlen_q, num_heads, 4).fill_(float("nan"))
+    fa3jit.flash_attn_func(q, k, v, causal=causal, out=out)
+    check_against_reference(out, None, q, k, v, causal)
+    expected = fa3jit.flash_attn_func(q.contiguous(), k.contiguous(), v.contiguous(), causal=causal)
+    assert torch.equal(out, expected)
+
+
+def _model_cases():
+    cases = []
+    for model in load_data("model_shapes.json")["models"]:
+        head_dim = model["head_dim"]
+        if head_dim in (64, 128, 256) and model.get("head_dim_v", head_dim) == head_dim:
+            cases.append(pytest.param(model["num_heads"], model["num_heads_kv"], head_dim, id=model["name"]))
+    return cases
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("num_heads, num_heads_kv, head_dim", _model_cases())
+def test_model_head_layouts_at_seqlen_2048(num_heads, num_heads_kv, head_dim, causal):
+    """Head counts of released models (tests/data/model_shapes.json) with a supported head_dim, plain
+    attention (their softcap, sliding windows and sinks are not features of this release)."""
+    q = _randn(1, 2048, num_heads, head_dim, seed=num_heads)
+    k = _randn(1, 2048, num_heads_kv, head_dim, seed=num_heads_kv)
+    v = _randn(1, 2048, num_heads_kv, head_dim, seed=head_dim)
+    out, lse = fa3jit.flash_attn_func(q, k, v, causal=causal, return_lse=True)
+    check_against_reference(out, lse, q, k, v, causal)
+
+
+def test_softmax_scale_is_applied():
+    q, k, v = _randn(2, 300, 4, 128, seed=1), _randn(2, 300, 4, 128, seed=2), _randn(2, 300, 4, 128, seed=3)
+    out, lse = fa3jit.flash_attn_func(q, k, v, softmax_scale=0.3, return_lse=True)
+    check_against_reference(out, lse, q, k, v, False, softmax_scale=0.3)
+
+
+def test_decode_step_causal_sees_every_key():
+    """B2: seqlen_q = 1, causal, seqlen_k = 339: under bottom-right alignment the one query row sees all keys,
+    so the result is the non-causal one."""
+    q, k, v = _randn(4, 1, 8, 128, seed=21), _randn(4, 339, 2, 128, seed=22), _randn(4, 339, 2, 128, seed=23)
+    out, lse = fa3jit.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    check_against_reference(out, lse, q, k, v, False)
+    out_full, lse_full = fa3jit.flash_attn_func(q, k, v, causal=False, return_lse=True)
+    assert (out.float() - out_full.float()).abs().max().item() <= 2 ** -7  # two bf16 rounding steps at 0.5 <= |out| < 1
+    assert (lse - lse_full).abs().max().item() <= 1e-4
+
+
+class _CudaArray:
+    """A minimal foreign array: only __cuda_array_interface__ (as CuPy or Numba would give)."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor  # keeps the memory alive
+        self.__cuda_array_interface__ = tensor.__cuda_array_interface__
+
+
+def test_cuda_array_interface_inputs():
+    q, k, v = (_randn(1, 256, 4, 64, dtype=torch.float16, seed=s) for s in (1, 2, 3))
+    out = fa3jit.flash_attn_func(_CudaArray(q), _CudaArray(k), _CudaArray(v), causal=True)
+    assert torch.equal(out, fa3jit.flash_attn_func(q, k, v, causal=True))
+
+
+def test_runs_on_the_current_stream():
+    """q is written on a side stream after a 20+ ms spin; a kernel launched on any other stream would read
+    it before the write lands."""
+    source = _randn(1, 1024, 8, 128, seed=5)
+    k, v = _randn(1, 1024, 8, 128, seed=6), _randn(1, 1024, 8, 128, seed=7)
+    expected = fa3jit.flash_attn_func(source, k, v)
+    q = torch.zeros_like(source)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)
+        q.copy_(source)
+        out = fa3jit.flash_attn_func(q, k, v)
+    stream.synchronize()
+    assert torch.equal(out, expected)
+
+
+def test_degenerate_shapes_are_answered_without_a_launch():
+    q, k, v = _randn(2, 0, 4, 64), _randn(2, 5, 4, 64), _randn(2, 5, 4, 64)
+    out, lse = fa3jit.flash_attn_func(q, k, v, return_lse=True)
+    assert out.shape == (2, 0, 4, 64) and lse.shape == (2, 4, 0)
+    q, k, v = _randn(2, 3, 4, 64), _randn(2, 0, 4, 64), _randn(2, 0, 4, 64)
+    out, lse = fa3jit.flash_attn_func(q, k, v, return_lse=True)
+    assert torch.count_nonzero(out).item() == 0 and torch.all(lse == float("inf"))
