@@ -79,6 +79,33 @@ KernelConfig make_kernel_config(const Spec& spec) {
   positive_at_most("tile.block_m", spec.block_m, 1024);
   positive_at_most("tile.block_n", spec.block_n, 1024);
   positive_at_most("stages", spec.stages, 16);
+  // parse_spec enforces these too; a Spec built in code reaches the generator only through here, and the
+  // kernel's layouts assume them (64-row wgmma tiles per warpgroup, k16 steps over block_n, TMA box <= 256).
+  if (spec.block_m != 64 * spec.consumer_warpgroups) {
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec fields \"tile.block_m\" ({}) and \"consumer_warpgroups\" ({}) disagree; block_m "
+                            "must be 64 * consumer_warpgroups",
+                            spec.block_m, spec.consumer_warpgroups));
+  }
+  if (spec.block_n % 16 != 0 || spec.block_n > 256) {
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec field \"tile.block_n\": {} is not allowed; expected a multiple of 16 in [16, 256]",
+                            spec.block_n));
+  }
+  if (spec.head_dim_v != spec.head_dim) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("spec field \"head_dim_v\": {} is not supported; head_dim_v must equal head_dim ({}) in "
+                            "this release", spec.head_dim_v, spec.head_dim));
+  }
+  default_tile(spec.dtype, spec.head_dim, spec.causal);  // throws for an unsupported head_dim
+  // parse_spec enforces this too; a Spec built in code reaches the kernel only through here, and a
+  // pingpong kernel with 1 or 3 consumer warpgroups waits forever for a GEMM turn (templates/mainloop.cuh).
+  if (spec.pingpong && !(spec.intra_wg_overlap && spec.consumer_warpgroups == 2)) {
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec field \"pingpong\": true is not allowed with intra_wg_overlap {} and "
+                            "consumer_warpgroups {}; pingpong needs intra_wg_overlap true and consumer_warpgroups 2",
+                            spec.intra_wg_overlap, spec.consumer_warpgroups));
+  }
 
   KernelConfig config{};
   config.spec = spec;

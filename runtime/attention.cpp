@@ -208,9 +208,12 @@ void Runtime::forward(const ForwardArgs& args, void* stream) {
   if (args.head_dim != 64 && args.head_dim != 128 && args.head_dim != 256)
     bad_argument(fmt::format("argument head_dim = {} is not supported; supported head dims are 64, 128, 256",
                              args.head_dim));
-  forward(default_spec_for(args.dtype, static_cast<int>(args.head_dim), static_cast<int>(args.head_dim_v),
-                           args.causal),
-          args, stream);
+  // With one query row the bottom-right causal mask hides no key (row 0 sees j <= seqlen_k - 1), so a
+  // decode step runs the non-causal kernel and gives exactly the non-causal result (FA3 does the same).
+  ForwardArgs a = args;
+  if (a.causal && a.seqlen_q == 1) a.causal = false;
+  forward(default_spec_for(a.dtype, static_cast<int>(a.head_dim), static_cast<int>(a.head_dim_v), a.causal), a,
+          stream);
 }
 
 void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
