@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -22,11 +23,15 @@ struct FwdParams {
   int seqlen_k;
   int num_heads;
   int head_group;
+  int batch;
+  int num_m_blocks;
+  int section_heads;
+  int reserved;
   float softmax_scale;
   float scale_log2;
   float* lse;
 };
-static_assert(sizeof(FwdParams) == 32, "FwdParams must match the kernel's layout");
+static_assert(sizeof(FwdParams) == 48, "FwdParams must match the kernel's layout");
 
 class LoadedKernel {
  public:
@@ -237,9 +242,6 @@ void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
   if (num_heads % num_heads_kv != 0)
     bad_argument(fmt::format("argument num_heads = {} is not a multiple of num_heads_kv = {}", num_heads,
                              num_heads_kv));
-  if (batch > 65535 || num_heads > 65535)
-    bad_argument(fmt::format("arguments batch = {} and num_heads = {} must each be <= 65535 (grid limits)", batch,
-                             num_heads));
   const float scale = a.softmax_scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(a.head_dim)) : a.softmax_scale;
   if (!std::isfinite(scale)) bad_argument(fmt::format("argument softmax_scale = {} is not finite", a.softmax_scale));
   if (a.lse != nullptr && reinterpret_cast<uintptr_t>(a.lse) % 4 != 0)
@@ -277,17 +279,29 @@ void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
   CUtensorMap tm_k = make_tensor_map(a.k, k_shape, type, spec.block_n);
   CUtensorMap tm_v = make_tensor_map(a.v, v_shape, type, spec.block_n);
   CUtensorMap tm_o = make_tensor_map(a.out, o_shape, type, 64);
-  FwdParams params{static_cast<int>(seqlen_q), static_cast<int>(seqlen_k), static_cast<int>(num_heads),
-                   static_cast<int>(num_heads / num_heads_kv), scale,
-                   scale * 1.4426950408889634f, a.lse};
+  const int64_t num_m_blocks = (seqlen_q + spec.block_m - 1) / spec.block_m;
+  if (num_m_blocks * num_heads * batch > 0x7fffffff)
+    bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} make more than 2^31 tiles", batch,
+                             num_heads, seqlen_q));
+  // Causal tile order (templates/scheduler.cuh): as many (head, batch) pairs per section as keep their K and
+  // V within ~32 MB of L2 (FA3's section size); query heads of one KV head share it.
+  const int64_t kv_bytes_per_head =
+      std::max<int64_t>(1, seqlen_k * (a.head_dim + head_dim_v) * elem * num_heads_kv / num_heads);
+  const int64_t section_heads = std::clamp<int64_t>((int64_t{32} << 20) / kv_bytes_per_head, 1, num_heads * batch);
+  FwdParams params{static_cast<int>(seqlen_q),     static_cast<int>(seqlen_k),
+                   static_cast<int>(num_heads),    static_cast<int>(num_heads / num_heads_kv),
+                   static_cast<int>(batch),        static_cast<int>(num_m_blocks),
+                   static_cast<int>(section_heads), 0,
+                   scale,                          scale * 1.4426950408889634f,
+                   a.lse};
   void* kernel_args[] = {&tm_q, &tm_k, &tm_v, &tm_o, &params};
 
   CUcontext ctx = nullptr;
   check_cu(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   CUlaunchConfig launch{};
-  launch.gridDimX = static_cast<unsigned>((seqlen_q + spec.block_m - 1) / spec.block_m);
-  launch.gridDimY = static_cast<unsigned>(num_heads);
-  launch.gridDimZ = static_cast<unsigned>(batch);
+  launch.gridDimX = static_cast<unsigned>(num_m_blocks * num_heads * batch);
+  launch.gridDimY = 1;
+  launch.gridDimZ = 1;
   launch.blockDimX = static_cast<unsigned>(cfg.num_threads);
   launch.blockDimY = 1;
   launch.blockDimZ = 1;

@@ -18,7 +18,7 @@ __device__ __forceinline__ void attention_forward(const TmaDesc& tm_q, const Tma
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const SmemLayout<Cfg> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
   const int wg = warpgroup_index();
-  const TileCoord tile = current_tile<Cfg::kCausal>();
+  const TileCoord tile = tile_for<Cfg::kCausal>(static_cast<int>(blockIdx.x), params);
   const int n_block_max =
       num_n_blocks<Cfg::kBlockM, Cfg::kBlockN, Cfg::kCausal>(tile.m_block, params.seqlen_q, params.seqlen_k);
 

@@ -1,6 +1,10 @@
-// Tile scheduler: which (m_block, head, batch) tile a CTA computes. One CTA per tile (grid =
-// num_m_blocks x num_heads x batch). With a causal mask the row blocks further down see more keys, so
-// they are launched first (longest-processing-time first, as FA3's LPT scheduler does for causal).
+// Tile scheduler: which (m_block, head, batch) tile a CTA computes. The grid is one-dimensional, one CTA
+// per tile, and the hardware dispatches CTAs roughly in index order, so the index order is the schedule:
+//  - non-causal: m_block varies fastest, so the CTAs resident at one time share the K/V of one head in L2;
+//  - causal: the (head, batch) pairs are cut into sections whose K+V fit in L2 (params.section_heads, chosen
+//    by the host), and inside a section the row blocks that see the most keys go first: longest-processing-
+//    time-first order, which fills the tail of the grid with short tiles (FA3's LPT scheduler with L2
+//    sections, docs/fa3-reference.md §1 "Persistent scheduler").
 #pragma once
 
 #include "hopper/types.cuh"
@@ -14,11 +18,27 @@ struct TileCoord {
 };
 
 template <bool kCausal>
-__device__ __forceinline__ TileCoord current_tile() {
+__device__ __forceinline__ TileCoord tile_for(int linear, const FwdParams& p) {
+  const int num_m = p.num_m_blocks;
+  int m_block, head_batch;
+  if constexpr (kCausal) {
+    const int pairs = p.num_heads * p.batch;
+    const int per_section = p.section_heads * num_m;
+    const int section = linear / per_section;
+    const int r = linear - section * per_section;
+    const int first = section * p.section_heads;
+    const int count = min(p.section_heads, pairs - first);
+    const int m_rank = r / count;
+    head_batch = first + (r - m_rank * count);
+    m_block = num_m - 1 - m_rank;
+  } else {
+    head_batch = linear / num_m;
+    m_block = linear - head_batch * num_m;
+  }
   TileCoord t;
-  t.m_block = kCausal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-  t.head = static_cast<int>(blockIdx.y);
-  t.batch = static_cast<int>(blockIdx.z);
+  t.m_block = m_block;
+  t.batch = head_batch / p.num_heads;
+  t.head = head_batch - t.batch * p.num_heads;
   return t;
 }
 

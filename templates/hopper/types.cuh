@@ -23,6 +23,10 @@ struct FwdParams {
   int seqlen_k;
   int num_heads;
   int head_group;        // num_heads / num_heads_kv (GQA); kv head = head / head_group
+  int batch;
+  int num_m_blocks;      // ceil(seqlen_q / block_m)
+  int section_heads;     // causal tile order: (head, batch) pairs per L2 section (scheduler.cuh)
+  int reserved;
   float softmax_scale;   // natural-log scale applied to Q.K^T
   float scale_log2;      // softmax_scale * log2(e), folded into one FFMA before ex2
   float* lse;            // (batch, num_heads, seqlen_q) fp32, natural log; may be null

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call: GPU tests, tile sweeps, and the one-process benchmark beside cuDNN/FA2.
+# Usage (on the GPU machine, from the repository root, with a build in ./build):
+#   bench/device_session.sh OUT_DIR [tests|tune|bench]...      (default: all three)
+set -uo pipefail
+out=${1:?usage: bench/device_session.sh OUT_DIR [tests|tune|bench]...}; shift
+stages=("$@"); ((${#stages[@]})) || stages=(tests tune bench)
+mkdir -p "$out"
+export FA3JIT_CACHE_DIR=${FA3JIT_CACHE_DIR:-/tmp/fa3jit-device-cache}
+export FA3JIT_LIBRARY=$PWD/build/libfa3jit.so PYTHONPATH=$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+for stage in "${stages[@]}"; do
+  case $stage in
+    tests)
+      timeout 500 build/fa3jit_tests "[gpu]" > "$out/gpu_tests.log" 2>&1
+      echo "gpu tests rc=$?: $(grep -E '^forward matrix' "$out/gpu_tests.log") | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
+    tune)
+      for s in configs/sweeps/*.json; do
+        timeout 300 build/fa3jit tune "$s" > "$out/tune_$(basename "$s" .json).log" 2>&1
+        echo "== tune $s (rc=$?)"; grep -E "^ *[0-9]+ " "$out/tune_$(basename "$s" .json).log" | head -6
+      done ;;
+    bench)
+      timeout 500 python3 bench/bench_fwd.py --out-dir "$out" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1
+      echo "bench rc=$?"; grep -E "^\|" "$out/bench.log" | head -80 ;;
+  esac
+done
