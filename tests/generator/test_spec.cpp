@@ -93,16 +93,25 @@ const std::vector<BadCase> kBadCases = {
      {"\"stages\"", "1", "[2, 4]"}},
     {"stages 5", R"({"dtype": "bf16", "head_dim": 128, "stages": 5})", ErrorCode::kInvalidSpec,
      {"\"stages\"", "5", "[2, 4]"}},
-    // The non-causal default tile 128x176 is at the shared-memory limit with 2 stages:
+    // The d128 default tile 128x176 (both masks) is at the shared-memory limit with 2 stages:
     // 32768 + 3 * (45056 + 45056) + 1280 bytes.
     {"smem overflow d128 non-causal stages 3", R"({"dtype": "bf16", "head_dim": 128, "stages": 3})",
      ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"tile\" (128x176)", "\"head_dim\" (128)", "304384 bytes", "232448"}},
     // 32768 + 4 * (45056 + 45056) + 1280 bytes.
     {"smem overflow d128 non-causal stages 4", R"({"dtype": "bf16", "head_dim": 128, "stages": 4})",
      ErrorCode::kInvalidSpec, {"\"stages\" (4)", "\"tile\" (128x176)", "\"head_dim\" (128)", "394496 bytes", "232448"}},
-    // Causal default 128x128: 32768 + 4 * (32768 + 32768) + 1280 bytes.
+    // The causal default is the same 128x176 tile: 32768 + 3 * 90112 + 1280 and 32768 + 4 * 90112 + 1280 bytes.
+    {"smem overflow d128 causal stages 3", R"({"dtype": "fp16", "head_dim": 128, "causal": true, "stages": 3})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"tile\" (128x176)", "\"head_dim\" (128)", "304384 bytes", "232448"}},
     {"smem overflow d128 causal stages 4", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "stages": 4})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (4)", "\"tile\" (128x176)", "\"head_dim\" (128)", "394496 bytes", "232448"}},
+    // The 128x128 causal tile, asked for explicitly: 32768 + 4 * (32768 + 32768) + 1280 bytes (3 stages fit).
+    {"smem overflow d128 causal block_n 128 stages 4",
+     R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}, "stages": 4})",
      ErrorCode::kInvalidSpec, {"\"stages\" (4)", "\"tile\" (128x128)", "\"head_dim\" (128)", "296192 bytes", "232448"}},
+    // The d256 default 128x80: 65536 + 3 * (40960 + 40960) + 1280 bytes.
+    {"smem overflow d256 default tile stages 3", R"({"dtype": "bf16", "head_dim": 256, "causal": true, "stages": 3})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"tile\" (128x80)", "\"head_dim\" (256)", "312576 bytes", "232448"}},
     // 65536 + 3 * (32768 + 32768) + 1280 bytes.
     {"smem overflow d256 stages 3", R"({"dtype": "fp16", "head_dim": 256, "tile": {"block_n": 64}, "stages": 3})",
      ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"head_dim\" (256)", "263424 bytes", "232448"}},
@@ -190,23 +199,27 @@ struct GoodCase {
 };
 
 const std::vector<GoodCase> kGoodCases = {
-    // Tile table defaults (FA3 tile_size_fwd_sm90): d128 128x176 non-causal, 128x128 causal, both pingpong.
+    // Tile table defaults: d128 128x176 for both masks, d256 128x80, both with overlap and pingpong;
+    // d64 192x128 with 3 warpgroups, overlap and no pingpong.
     {"bf16 d128 defaults", R"({"dtype": "bf16", "head_dim": 128})", DType::kBf16, 128, 128, 176, 2, 2, false, true,
      true},
-    {"bf16 d128 causal defaults", R"({"dtype": "bf16", "head_dim": 128, "causal": true})", DType::kBf16, 128, 128, 128,
+    {"bf16 d128 causal defaults", R"({"dtype": "bf16", "head_dim": 128, "causal": true})", DType::kBf16, 128, 128, 176,
      2, 2, true, true, true},
     {"fp16 d64 defaults", R"({"dtype": "fp16", "head_dim": 64})", DType::kFp16, 64, 192, 128, 3, 2, false, false, true},
     {"fp16 d64 causal defaults", R"({"dtype": "fp16", "head_dim": 64, "causal": true})", DType::kFp16, 64, 192, 128,
      3, 2, true, false, true},
-    {"bf16 d256 defaults", R"({"dtype": "bf16", "head_dim": 256})", DType::kBf16, 256, 128, 80, 2, 2, false, false,
+    {"bf16 d256 defaults", R"({"dtype": "bf16", "head_dim": 256})", DType::kBf16, 256, 128, 80, 2, 2, false, true,
      true},
     {"fp16 d256 causal defaults", R"({"dtype": "fp16", "head_dim": 256, "causal": true})", DType::kFp16, 256, 128, 80,
-     2, 2, true, false, true},
+     2, 2, true, true, true},
     // One warpgroup: the table's pingpong does not apply and is dropped without an error.
     {"block_m alone sets consumer_warpgroups", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}})",
      DType::kBf16, 128, 64, 176, 1, 2, false, false, true},
     {"block_m 64 causal", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_m": 64}})",
-     DType::kBf16, 128, 64, 128, 1, 2, true, false, true},
+     DType::kBf16, 128, 64, 176, 1, 2, true, false, true},
+    // 128 + 40 + 20 + 24 = 212 registers, 32768 + 2 * 81920 + 1280 = 197888 bytes.
+    {"block_m 64 at d256 drops the pingpong default", R"({"dtype": "fp16", "head_dim": 256, "tile": {"block_m": 64}})",
+     DType::kFp16, 256, 64, 80, 1, 2, false, false, true},
     {"consumer_warpgroups alone sets block_m", R"({"dtype": "bf16", "head_dim": 64, "consumer_warpgroups": 2})",
      DType::kBf16, 64, 128, 128, 2, 2, false, false, true},
     {"block_m and consumer_warpgroups agree",
@@ -216,15 +229,17 @@ const std::vector<GoodCase> kGoodCases = {
     {"d128 wg3 block_n 96 at the register budget",
      R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 96}})", DType::kBf16, 128, 192,
      96, 3, 2, false, false, true},
-    // 64 + 88 + 44 + 24 = 220 registers, 32768 + 2 * 90112 + 1280 = 214272 bytes of smem.
-    {"d128 causal 128x176", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 176}})",
-     DType::kBf16, 128, 128, 176, 2, 2, true, true, true},
+    // The 128x128 causal tile (whole diagonal blocks) on request: 64 + 64 + 32 + 24 = 184 registers,
+    // 32768 + 2 * 65536 + 1280 = 165120 bytes of smem; the table's pingpong and overlap still apply.
+    {"d128 causal 128x128 explicit", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})",
+     DType::kBf16, 128, 128, 128, 2, 2, true, true, true},
     // 64 + 96 + 48 + 24 = 232 registers, 32768 + 2 * 98304 + 1280 = 229376 bytes: the largest d128 block_n.
     {"d128 128x192 fits", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 192}})", DType::kBf16, 128, 128,
      192, 2, 2, false, true, true},
-    // 32768 + 3 * 65536 + 1280 = 230656 bytes.
-    {"d128 causal stages 3 fits", R"({"dtype": "fp16", "head_dim": 128, "causal": true, "stages": 3})", DType::kFp16,
-     128, 128, 128, 2, 3, true, true, true},
+    // 32768 + 3 * 65536 + 1280 = 230656 bytes; the default block_n 176 would not fit 3 stages.
+    {"d128 causal block_n 128 stages 3 fits",
+     R"({"dtype": "fp16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}, "stages": 3})", DType::kFp16, 128,
+     128, 128, 2, 3, true, true, true},
     {"d128 block_n 128 stages 3 fits", R"({"dtype": "fp16", "head_dim": 128, "tile": {"block_n": 128}, "stages": 3})",
      DType::kFp16, 128, 128, 128, 2, 3, false, true, true},
     {"d64 stages 4 fits", R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}, "stages": 4})", DType::kFp16,
@@ -236,11 +251,16 @@ const std::vector<GoodCase> kGoodCases = {
     {"intra_wg_overlap false drops the pingpong default", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false})",
      DType::kBf16, 128, 128, 176, 2, 2, false, false, false},
     {"pingpong false keeps the overlap default", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "pingpong": false})",
-     DType::kBf16, 128, 128, 128, 2, 2, true, false, true},
+     DType::kBf16, 128, 128, 176, 2, 2, true, false, true},
     {"both knobs spelled out true", R"({"dtype": "fp16", "head_dim": 128, "pingpong": true, "intra_wg_overlap": true})",
      DType::kFp16, 128, 128, 176, 2, 2, false, true, true},
-    {"pingpong opt-in at d256", R"({"dtype": "bf16", "head_dim": 256, "pingpong": true})", DType::kBf16, 256, 128, 80, 2,
-     2, false, true, true},
+    {"pingpong spelled out at d256 is the default", R"({"dtype": "bf16", "head_dim": 256, "pingpong": true})", DType::kBf16,
+     256, 128, 80, 2, 2, false, true, true},
+    {"pingpong opt-out at d256", R"({"dtype": "bf16", "head_dim": 256, "causal": true, "pingpong": false})", DType::kBf16,
+     256, 128, 80, 2, 2, true, false, true},
+    {"intra_wg_overlap false at d256 drops the pingpong default",
+     R"({"dtype": "fp16", "head_dim": 256, "intra_wg_overlap": false})", DType::kFp16, 256, 128, 80, 2, 2, false, false,
+     false},
     {"pingpong opt-in at d64 with 2 warpgroups",
      R"({"dtype": "fp16", "head_dim": 64, "consumer_warpgroups": 2, "pingpong": true})", DType::kFp16, 64, 128, 128, 2,
      2, false, true, true},
@@ -306,14 +326,14 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const Spec a = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})");
   const Spec b = parse(R"({"causal": true, "head_dim": 128, "dtype": "bf16"})");
   const Spec c = parse(R"({"stages": 2, "pingpong": true, "intra_wg_overlap": true, "hadamard": false,
-      "consumer_warpgroups": 2, "tile": {"block_n": 128, "block_m": 128}, "head_dim_v": 128,
+      "consumer_warpgroups": 2, "tile": {"block_n": 176, "block_m": 128}, "head_dim_v": 128,
       "causal": true, "head_dim": 128, "dtype": "bf16"})");
   const Spec d = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true,
       "problem": {"batch": 2, "seqlen_q": 4096, "seqlen_k": 4096, "num_heads": 32, "num_heads_kv": 8}})");
   const std::string key = fa3jit::canonical_kernel_string(a);
   CHECK(key ==
         R"({"causal":true,"consumer_warpgroups":2,"dtype":"bf16","hadamard":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":128}})");
+        R"("head_dim_v":128,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
   CHECK(fa3jit::canonical_kernel_string(b) == key);
   CHECK(fa3jit::canonical_kernel_string(c) == key);
   CHECK(fa3jit::canonical_kernel_string(d) == key);
@@ -344,9 +364,10 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
       R"({"dtype": "fp16", "head_dim": 128, "causal": true})",
       R"({"dtype": "bf16", "head_dim": 64, "causal": true})",
       R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 64}})",
-      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 176}})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})",
       R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_m": 64}})",
-      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "stages": 3})",
+      // 3 stages fit only the smaller tile; this differs from the block_n 128 variant in stages alone.
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}, "stages": 3})",
       R"({"dtype": "bf16", "head_dim": 128, "causal": true, "pingpong": false})",
       R"({"dtype": "bf16", "head_dim": 128, "causal": true, "intra_wg_overlap": false})",
   };
@@ -367,11 +388,14 @@ TEST_CASE("spec_to_json and spec_summary", "[spec]") {
   const nlohmann::json doc = fa3jit::spec_to_json(spec);
   CHECK(doc.at("problem").at("seqlen_k") == 200);
   CHECK(doc.at("problem").at("batch") == 1);
-  CHECK(doc.at("tile").at("block_n") == 128);
+  CHECK(doc.at("tile").at("block_n") == 176);
   CHECK(doc.at("pingpong") == true);
   CHECK(doc.at("intra_wg_overlap") == true);
   CHECK_FALSE(fa3jit::canonical_kernel_json(spec).contains("problem"));
-  CHECK(fa3jit::spec_summary(spec) == "bf16 d128 causal 128x128 wg2 st2 pingpong overlap");
+  CHECK(fa3jit::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap");
+  CHECK(fa3jit::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
+        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap");
+  CHECK(fa3jit::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) == "fp16 d256 128x80 wg2 st2 pingpong overlap");
   CHECK(fa3jit::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 overlap");
   CHECK(fa3jit::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
         "bf16 d256 128x80 wg2 st2");
@@ -435,8 +459,8 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
   const std::vector<Row> rows = {
       {64, false, {192, 128, 3, 2, false, true}},  {64, true, {192, 128, 3, 2, false, true}},
-      {128, false, {128, 176, 2, 2, true, true}},  {128, true, {128, 128, 2, 2, true, true}},
-      {256, false, {128, 80, 2, 2, false, true}},  {256, true, {128, 80, 2, 2, false, true}},
+      {128, false, {128, 176, 2, 2, true, true}},  {128, true, {128, 176, 2, 2, true, true}},
+      {256, false, {128, 80, 2, 2, true, true}},   {256, true, {128, 80, 2, 2, true, true}},
   };
   for (const Row& row : rows) {
     for (const DType dtype : {DType::kFp16, DType::kBf16}) {
@@ -477,10 +501,23 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   CHECK(c128.smem_bytes == 214272);
   CHECK(c128.estimated_consumer_registers == 64 + 88 + 44 + 24);
 
+  // The causal default is the same 128x176 kernel; the 128x128 causal tile has to be asked for.
   const auto c128c = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})"));
-  CHECK(c128c.smem_k_stage_bytes == 32768);
-  CHECK(c128c.smem_bytes == 32768 + 2 * 65536 + 1280);
-  CHECK(c128c.estimated_consumer_registers == 64 + 64 + 32 + 24);
+  CHECK(c128c.spec.block_n == 176);
+  CHECK(c128c.spec.pingpong);
+  CHECK(c128c.smem_k_stage_bytes == 45056);
+  CHECK(c128c.smem_bytes == 214272);
+  CHECK(c128c.estimated_consumer_registers == 220);
+
+  const auto c128c128 = fa3jit::make_kernel_config(
+      parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})"));
+  CHECK(c128c128.num_threads == 384);
+  CHECK(c128c128.spec.pingpong);
+  CHECK(c128c128.smem_k_stage_bytes == 32768);
+  CHECK(c128c128.smem_v_stage_bytes == 32768);
+  CHECK(c128c128.smem_bytes == 32768 + 2 * 65536 + 1280);
+  CHECK(c128c128.smem_bytes == 165120);
+  CHECK(c128c128.estimated_consumer_registers == 64 + 64 + 32 + 24);
 
   const auto c64 = fa3jit::make_kernel_config(parse(R"({"dtype": "fp16", "head_dim": 64})"));
   CHECK(c64.num_threads == 512);
@@ -490,6 +527,11 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   CHECK(c64.estimated_consumer_registers == 152);
 
   const auto c256 = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 256})"));
+  CHECK(c256.num_threads == 384);
+  CHECK(c256.spec.pingpong);
+  CHECK(c256.spec.intra_wg_overlap);
+  CHECK(c256.smem_k_stage_bytes == 80 * 256 * 2);
+  CHECK(c256.smem_bytes == 65536 + 2 * 81920 + 1280);
   CHECK(c256.smem_bytes == 230656);
   CHECK(c256.estimated_consumer_registers == 128 + 40 + 20 + 24);
 
