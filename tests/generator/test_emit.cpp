@@ -53,7 +53,7 @@ TEST_CASE("emission is deterministic and the kernel name is unique per spec", "[
       R"({"dtype":"bf16","head_dim":64,"causal":true})",
       R"({"dtype":"bf16","head_dim":128})",
       R"({"dtype":"bf16","head_dim":128,"tile":{"block_n":112}})",
-      R"({"dtype":"bf16","head_dim":128,"causal":true,"stages":3})",
+      R"({"dtype":"bf16","head_dim":128,"causal":true,"stages":3,"tile":{"block_n":128}})",
       R"({"dtype":"bf16","head_dim":128,"tile":{"block_m":64}})",
       R"({"dtype":"bf16","head_dim":256})",
   };
@@ -66,7 +66,7 @@ TEST_CASE("emission is deterministic and the kernel name is unique per spec", "[
   CHECK(names.size() == std::size(specs));
   CHECK(codes.size() == std::size(specs));
   CHECK(kernel_name(parse_spec(std::string(R"({"dtype":"bf16","head_dim":128,"causal":true})"))) ==
-        "fa3jit_fwd_bf16_d128_dv128_causal_m128n128_wg2_st2_pp_iwo");
+        "fa3jit_fwd_bf16_d128_dv128_causal_m128n176_wg2_st2_pp_iwo");
 }
 
 TEST_CASE("e4m3 is rejected by the generator too", "[generator]") {

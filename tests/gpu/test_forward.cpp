@@ -113,11 +113,14 @@ TEST_CASE("forward is bit-exact over repeated runs (no races)", "[gpu][forward]"
   }
 }
 
-TEST_CASE("explicit specs from configs/ run and pass", "[gpu][forward]") {
+TEST_CASE("non-default specs (other tiles, stages, schedules) run and pass", "[gpu][forward]") {
   if (!have_gpu()) return;
-  // Non-default tiles: other block_n and stage counts than the tile table picks.
-  for (const char* json : {R"({"dtype":"bf16","head_dim":128,"tile":{"block_n":176}})",
-                           R"({"dtype":"fp16","head_dim":128,"causal":true,"stages":3})",
+  // Other tiles, stage counts and schedules (sequential mainloop, no pingpong) than the tile table picks.
+  for (const char* json : {R"({"dtype":"bf16","head_dim":128,"intra_wg_overlap":false,"pingpong":false})",
+                           R"({"dtype":"bf16","head_dim":256,"causal":true,"intra_wg_overlap":false,"pingpong":false})",
+                           R"({"dtype":"fp16","head_dim":128,"causal":true,"pingpong":false})",
+                           R"({"dtype":"bf16","head_dim":64,"causal":true,"intra_wg_overlap":false})",
+                           R"({"dtype":"fp16","head_dim":128,"causal":true,"stages":3,"tile":{"block_n":128}})",
                            R"({"dtype":"bf16","head_dim":64,"tile":{"block_m":128,"block_n":128}})",
                            R"({"dtype":"bf16","head_dim":128,"tile":{"block_m":64,"block_n":128}})"}) {
     const Spec spec = parse_spec(std::string(json));
