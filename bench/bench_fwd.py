@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Attention forward throughput: fa3jit beside torch SDPA's cuDNN and FlashAttention-2 backends, one process.
 
-Convention (FlashAttention-3 paper and benchmark_attn.py; docs/fa3-reference.md section 4): 16k tokens in all
+Convention (FlashAttention-3 paper and benchmark_attn.py; docs/kernel-design.md §8): 16k tokens in all
 (batch * seqlen = 16384, seqlen 512 ... 16384), hidden 2048 (num_heads = num_heads_kv = 2048 / head_dim),
 seqlen_q = seqlen_k, random normal inputs, FLOPs = 4 * batch * heads * seqlen_q * seqlen_k * head_dim, halved
 for causal. Each backend: warm-up calls (the first fa3jit call compiles or loads the kernel), then the median
@@ -10,7 +10,7 @@ Python queues the call, so launch overhead is not timed).
 
 fa3jit takes (batch, seqlen, heads, head_dim) tensors; SDPA takes (batch, heads, seqlen, head_dim): it gets
 transposed views of the same tensors (--sdpa-layout view, the serving layout; no copy is timed), or copies
-made once before timing (--sdpa-layout contiguous, as in shared/bench/anchors-h200.md).
+made once before timing (--sdpa-layout contiguous, as in the cuDNN/FA3 anchor runs).
 
     python bench/bench_fwd.py                  # full sweep: fp16, bf16 x head_dim 64/128/256 x causal
     python bench/bench_fwd.py --quick          # bf16, head_dim 128, seqlen 2048 and 8192

@@ -2,7 +2,7 @@
 //
 // Sources: FA3 hopper/tile_size.h (tile_size_fwd_sm90) and flash_fwd_kernel_sm90.h (setmaxnreg split);
 // FA3 paper (arXiv 2407.08608) section 3.1 for the producer/consumer warpgroup layout;
-// /work/shared/docs/fa3-reference.md sections 2.2 and 2.3 summarise both.
+// docs/kernel-design.md §9 gives the rationale.
 #include "generator/tile_table.h"
 
 #include <algorithm>

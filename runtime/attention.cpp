@@ -140,7 +140,7 @@ void check_tensor(const TensorView& t, const TensorShape& s, int elem_bytes, int
 }
 
 // 4-D tensor map {dim, seqlen, heads, batch} with a {64, box_rows, 1, 1} box and 128-byte swizzle
-// (docs/hopper-ptx.md §3): one box is one 64-column block of a tile.
+// (docs/kernel-design.md §3): one box is one 64-column block of a tile.
 CUtensorMap make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDataType type, int box_rows) {
   const int64_t row_bytes = t.stride_seq * 2;
   auto stride_or = [&](int64_t extent, int64_t stride) {

@@ -1,4 +1,4 @@
-// fa3jit compiler: NVRTC for sm_90a plus the ptxas "-v" report (docs/hopper-ptx.md §8).
+// fa3jit compiler: NVRTC for sm_90a plus the ptxas "-v" report (docs/kernel-design.md §5).
 #include "runtime/compiler.h"
 
 #include <nvrtc.h>
@@ -95,7 +95,7 @@ std::string_view trim(std::string_view s) {
 const std::vector<std::string>& default_compile_flags() {
   // Optimisation is on by default in NVRTC ("-O3" is not an NVRTC option; -dopt only matters with -G).
   // --no-cache: with a driver present NVRTC 13 serves repeat compiles from the driver compute cache and then
-  // the program log is empty, losing the ptxas report (docs/hopper-ptx.md §8). All six are accepted by
+  // the program log is empty, losing the ptxas report (docs/kernel-design.md §5). All six are accepted by
   // NVRTC 13.0 (checked with nvrtcCompileProgram).
   static const std::vector<std::string> flags = {
       "--gpu-architecture=sm_90a", "-std=c++17", "--use_fast_math", "-DNDEBUG", "-Xptxas=-v", "--no-cache"};

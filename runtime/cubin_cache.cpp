@@ -1,4 +1,4 @@
-// fa3jit cubin cache (see cubin_cache.h; design from docs/jit-and-cache-lessons.md §8.2-8.5).
+// fa3jit cubin cache (see cubin_cache.h; design from docs/kernel-design.md §7).
 //
 // Entry file <dir>/<key>.cubin-entry, all integers little-endian:
 //   "FA3JITC1" | u32 format version | u64 key length, key | 32-byte SHA-256 of payload

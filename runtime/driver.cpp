@@ -1,5 +1,5 @@
 // Driver API loading: dlopen("libcuda.so.1") + cuGetProcAddress at cudaVersion 13000
-// (docs/hopper-ptx.md §8). Nothing links against libcuda.
+// (docs/kernel-design.md §5). Nothing links against libcuda.
 #include "runtime/driver.h"
 
 #include <dlfcn.h>

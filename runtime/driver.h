@@ -2,7 +2,7 @@
 //
 // libcuda is never linked, so emit/compile/tests run on machines without a GPU; a missing driver is an
 // Error(kNoDriver) with a clear message, not a loader failure. Entry points are fetched by base name
-// with cudaVersion 13000 (docs/hopper-ptx.md §8: the version picks the ABI, e.g. cuCtxSynchronize_v2).
+// with cudaVersion 13000 (docs/kernel-design.md §5: the version picks the ABI, e.g. cuCtxSynchronize_v2).
 // cuda.h is included for types only.
 #pragma once
 

@@ -1,7 +1,7 @@
 // fa3jit CPU reference for the attention forward pass, and the checker that judges a kernel against it.
 //
 // Used by `fa3jit run`, `fa3jit tune` and the GPU tests. Host only, no CUDA. Method (FA3
-// hopper/test_flash_attn.py, docs/fa3-reference.md §3):
+// hopper/test_flash_attn.py, docs/kernel-design.md §8):
 //   * reference  - float64 math on the dtype inputs: S = scale * Q K^T, bottom-right causal mask,
 //                  softmax, O = P V; plus lse = log(sum exp(S)) (natural log).
 //   * baseline   - "the same math in the input precision" (FA3's out_pt): it estimates the error an honest

@@ -1,6 +1,6 @@
 // Epilogue: normalise O by the row sums, stage it in shared memory (the warpgroup's own Q rows, free
 // once its last S = Q.K^T has completed) in the 128B-swizzled layout, and store it with TMA, which drops
-// rows past seqlen_q. LSE (natural log) goes straight from registers. FA3 paper §3; docs/hopper-ptx.md §3.
+// rows past seqlen_q. LSE (natural log) goes straight from registers. FA3 paper §3; docs/kernel-design.md §3.
 #pragma once
 
 #include "hopper/tma.cuh"

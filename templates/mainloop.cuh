@@ -2,9 +2,9 @@
 // ring by TMA; each consumer warpgroup computes S = Q.K^T (wgmma, both operands in shared memory), masks,
 // runs the online softmax, and accumulates O += P.V (wgmma with P from registers, V from shared memory).
 // KV blocks are visited from the last to the first, so the masked blocks (seqlen_k tail, causal diagonal)
-// come first and the steady state runs mask-free (FA3 paper §3; docs/fa3-reference.md §2.4).
+// come first and the steady state runs mask-free (FA3 paper §3; docs/kernel-design.md §6).
 //
-// Operand layouts (docs/hopper-ptx.md §2, verified on an H200):
+// Operand layouts (docs/kernel-design.md §2, verified on an H200):
 //   Q, K: K-major, 128B swizzle, SBO = 1024; a k16 step inside a 64-column block adds 32 bytes to the
 //         start address, the next 64-column block starts rows*128 bytes further.
 //   V:    MN-major for P.V (head_dim contiguous), trans-b = 1; SBO = 1024 (8 kv rows), LBO = block_n*128

@@ -4,7 +4,7 @@
 //  - causal: the (head, batch) pairs are cut into sections whose K+V fit in L2 (params.section_heads, chosen
 //    by the host), and inside a section the row blocks that see the most keys go first: longest-processing-
 //    time-first order, which fills the tail of the grid with short tiles (FA3's LPT scheduler with L2
-//    sections, docs/fa3-reference.md §1 "Persistent scheduler").
+//    sections, docs/kernel-design.md §6).
 #pragma once
 
 #include "hopper/types.cuh"

@@ -1,5 +1,5 @@
 // Shared-memory plan of one CTA. Every tile starts on a 1024-byte boundary (128-byte swizzle atoms,
-// docs/hopper-ptx.md §2). A tile of R rows x D columns (16-bit) is stored as D/64 column blocks of
+// docs/kernel-design.md §2). A tile of R rows x D columns (16-bit) is stored as D/64 column blocks of
 // R rows x 128 bytes, each 128B-swizzled: exactly what one TMA box of {64, R} per column block writes.
 //   Q   : block_m x head_dim            (reused as the O staging tile in the epilogue)
 //   K[s]: block_n x head_dim, per stage

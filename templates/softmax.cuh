@@ -1,6 +1,6 @@
 // Online softmax in base 2 over the rows a consumer thread owns (FA3 paper §3.1, Algorithm 1; FA2 §3.1).
 //
-// Accumulator layout of an m64nN wgmma (docs/hopper-ptx.md §1): register i of a thread holds row
+// Accumulator layout of an m64nN wgmma (docs/kernel-design.md §1): register i of a thread holds row
 // r + 8*((i>>1)&1) (r = 16*warp + lane/4) and column 2*(lane%4) + (i&1) + 8*(i>>2). So each thread owns
 // two rows, and each row is spread over the 4 lanes of a quad: row reductions are a local reduction plus
 // two butterfly shuffles. The scale is folded into one FFMA before ex2: exp(s*scale - m*scale) =

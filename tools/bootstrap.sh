@@ -14,7 +14,7 @@ build=${BUILD_DIR:-$root/build}
 cd "$root"
 
 # ---- dependencies (Debian packages; NVRTC and nvcc come with the CUDA toolkit) ----------------------
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev)
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev python3 python3-pytest)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -37,9 +37,16 @@ if [[ "$mode" == run ]]; then
 fi
 
 # ---- tests -------------------------------------------------------------------------------------------
-python3 -c "import pytest" 2>/dev/null || python3 -m pip install -q pytest
-export FA3JIT_CACHE_DIR=${FA3JIT_CACHE_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/fa3jit-test-cache.XXXXXX")}
+# The Python tests need only pytest and ctypes (torch for the GPU parts): use the first python3 on PATH
+# that has pytest, else the system one, which the apt step above gave pytest.
+python=python3
+$python -c "import pytest" 2>/dev/null || python=/usr/bin/python3
+if [[ -z "${FA3JIT_CACHE_DIR:-}" ]]; then
+  FA3JIT_CACHE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/fa3jit-test-cache.XXXXXX")
+  trap 'rm -rf "$FA3JIT_CACHE_DIR"' EXIT
+fi
+export FA3JIT_CACHE_DIR
 "$build/fa3jit_tests"
-FA3JIT_LIBRARY="$build/libfa3jit.so" python3 -m pytest -q "$root/tests/python"
+FA3JIT_LIBRARY="$build/libfa3jit.so" $python -m pytest -q -p no:cacheprovider "$root/tests/python"
 bash "$root/tests/install_consumer/run.sh" "$build"
 echo "all test stages passed"

@@ -1,5 +1,5 @@
 // mbarrier: 8-byte shared-memory barriers with a phase bit and a transaction-byte count.
-// PTX ISA §9.7.13.15 (mbarrier); parity semantics verified on an H200 (docs/hopper-ptx.md §4).
+// PTX ISA §9.7.13.15 (mbarrier); parity semantics verified on an H200 (docs/kernel-design.md §4).
 #pragma once
 
 #include "hopper/types.cuh"

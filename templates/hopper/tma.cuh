@@ -1,6 +1,6 @@
 // TMA (bulk tensor copies) between global and shared memory.
 // PTX ISA §9.7.9.25 (cp.async.bulk.tensor); OOB rows of a load are zero-filled and still count toward the
-// mbarrier's transaction bytes; OOB rows of a store are dropped (docs/hopper-ptx.md §3, verified T7/T8).
+// mbarrier's transaction bytes; OOB rows of a store are dropped (docs/kernel-design.md §3).
 #pragma once
 
 #include "hopper/types.cuh"

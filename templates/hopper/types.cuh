@@ -1,4 +1,4 @@
-// Basic types for NVRTC-compiled kernels. NVRTC 13 ships no headers (docs/hopper-ptx.md §8), so the
+// Basic types for NVRTC-compiled kernels. NVRTC 13 ships no headers (docs/kernel-design.md §5), so the
 // integer typedefs and the 128-byte tensor-map struct are our own.
 #pragma once
 

@@ -1,6 +1,6 @@
 // WGMMA (warpgroup matrix multiply-accumulate) helpers: ordering instructions and shared-memory
 // matrix descriptors. PTX ISA §9.7.15 (wgmma); descriptor bits in §9.7.15.5.1; layouts verified on an
-// H200 (docs/hopper-ptx.md §1-2). The mma_async wrappers for the exact shapes of a kernel are emitted by
+// H200 (docs/kernel-design.md §1-2). The mma_async wrappers for the exact shapes of a kernel are emitted by
 // the generator (generator/emit.cpp) because their register lists depend on block_n and head_dim.
 #pragma once
 

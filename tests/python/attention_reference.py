@@ -1,5 +1,5 @@
 """Reference attention in torch and FlashAttention-3's pass rule (hopper/test_flash_attn.py, test_util.py;
-summarised in docs/fa3-reference.md section 3).
+summarised in docs/kernel-design.md §8).
 
 Two references per case: `upcast=True` is the float32 "truth"; `upcast=False, reorder_ops=True` is the same
 math done in the input dtype (scores, softmax output and P.V rounded to fp16/bf16), the error a plain
