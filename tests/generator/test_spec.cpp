@@ -115,52 +115,61 @@ const std::vector<BadCase> kBadCases = {
     // 65536 + 3 * (32768 + 32768) + 1280 bytes.
     {"smem overflow d256 stages 3", R"({"dtype": "fp16", "head_dim": 256, "tile": {"block_n": 64}, "stages": 3})",
      ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"head_dim\" (256)", "263424 bytes", "232448"}},
-    // Registers 128/2 + 128/2 + 128/4 + 24 = 248 > 240 and smem 65536 + 2 * 131072 + 1280: both reported.
+    // Registers 128/2 + 128/2 + 128/4 + 28 = 252 > 240 and smem 65536 + 2 * 131072 + 1280: both reported.
     {"smem and registers d256 block_n 128", R"({"dtype": "bf16", "head_dim": 256, "tile": {"block_n": 128}})",
      ErrorCode::kInvalidSpec,
-     {"328960 bytes", "232448", "estimated 248 registers", "(with intra_wg_overlap)", "budget of 240", "; also "}},
-    // Registers 64 + 128 + 64 + 24 = 280 > 240 and smem 32768 + 2 * 131072 + 1280 = 296192.
+     {"328960 bytes", "232448", "estimated 252 registers", "(with intra_wg_overlap)", "budget of 240", "; also "}},
+    // Registers 64 + 128 + 64 + 28 = 284 > 240 and smem 32768 + 2 * 131072 + 1280 = 296192.
     {"smem and registers d128 block_n 256", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 256}})",
      ErrorCode::kInvalidSpec,
-     {"\"tile.block_n\" (256)", "\"head_dim\" (128)", "estimated 280", "budget of 240", "296192 bytes"}},
-    // 3 consumer warpgroups, budget 160: 32 + 72 + 36 + 24 = 164 (block_n 128 gives 152 and fits).
+     {"\"tile.block_n\" (256)", "\"head_dim\" (128)", "estimated 284", "budget of 240", "296192 bytes"}},
+    // d256 128x112 sits exactly at the register budget (128 + 56 + 28 + 28 = 240) but needs
+    // 65536 + 2 * (57344 + 57344) + 1280 = 296192 bytes: only shared memory is reported.
+    {"smem overflow d256 block_n 112 at the register budget",
+     R"({"dtype": "bf16", "head_dim": 256, "tile": {"block_n": 112}})", ErrorCode::kInvalidSpec,
+     {"\"tile\" (128x112)", "\"head_dim\" (256)", "296192 bytes", "232448"}},
+    // 3 consumer warpgroups, budget 160: 32 + 72 + 36 + 28 = 168 (block_n 128 gives 156 and fits).
     {"register overflow d64 wg3 block_n 144", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_n": 144}})",
      ErrorCode::kInvalidSpec,
-     {"\"tile.block_n\" (144)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (3)", "estimated 164",
+     {"\"tile.block_n\" (144)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (3)", "estimated 168",
       "budget of 160 for 3 consumer warpgroups"}},
-    // 64 + 56 + 28 + 24 = 172 > 160 (block_n 96 gives exactly 160 and fits).
+    // 64 + 56 + 28 + 28 = 176 > 160.
     {"register overflow d128 wg3 block_n 112",
      R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 112}})", ErrorCode::kInvalidSpec,
-     {"\"tile.block_n\" (112)", "\"head_dim\" (128)", "\"consumer_warpgroups\" (3)", "estimated 172", "budget of 160"}},
-    // 2 consumer warpgroups, budget 240: 32 + 128 + 64 + 24 = 248; smem 16384 + 2 * 65536 + 1280 fits.
+     {"\"tile.block_n\" (112)", "\"head_dim\" (128)", "\"consumer_warpgroups\" (3)", "estimated 176", "budget of 160"}},
+    // 64 + 48 + 24 + 28 = 164 > 160: the tile that spilled 48 bytes in ptxas when the estimate said 160
+    // (block_n 80 gives 152 and fits).
+    {"register overflow d128 wg3 block_n 96",
+     R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 96}})", ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (96)", "\"head_dim\" (128)", "\"consumer_warpgroups\" (3)", "estimated 164",
+      "budget of 160 for 3 consumer warpgroups"}},
+    // 2 consumer warpgroups, budget 240: 32 + 128 + 64 + 28 = 252; smem 16384 + 2 * 65536 + 1280 fits.
     {"register overflow d64 wg2 block_n 256", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 128, "block_n": 256}})",
      ErrorCode::kInvalidSpec,
-     {"\"tile.block_n\" (256)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (2)", "estimated 248",
+     {"\"tile.block_n\" (256)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (2)", "estimated 252",
       "budget of 240 for 2 consumer warpgroups"}},
-    // 1 consumer warpgroup, budget 240: the same 248; the estimate does not depend on intra_wg_overlap.
+    // 1 consumer warpgroup, budget 240: the same 252; the estimate does not depend on intra_wg_overlap.
     {"register overflow d64 wg1 block_n 256 without overlap",
      R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 64, "block_n": 256}, "intra_wg_overlap": false})",
      ErrorCode::kInvalidSpec,
-     {"\"tile.block_n\" (256)", "\"consumer_warpgroups\" (1)", "estimated 248", "budget of 240 for 1 consumer warpgroup;"}},
-    // Pingpong hands GEMM turns between exactly two warpgroups of the overlapped mainloop.
+     {"\"tile.block_n\" (256)", "\"consumer_warpgroups\" (1)", "estimated 252", "budget of 240 for 1 consumer warpgroup;"}},
+    // Pingpong hands GEMM turns round robin between two or three warpgroups of the overlapped mainloop.
     {"pingpong without intra_wg_overlap",
      R"({"dtype": "bf16", "head_dim": 128, "pingpong": true, "intra_wg_overlap": false})", ErrorCode::kInvalidSpec,
-     {"spec field \"pingpong\": true is not allowed", "intra_wg_overlap false and consumer_warpgroups 2",
-      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2"}},
-    {"pingpong with 3 warpgroups (d64 default)", R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})",
-     ErrorCode::kInvalidSpec,
-     {"\"pingpong\"", "intra_wg_overlap true and consumer_warpgroups 3",
-      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2"}},
-    {"pingpong with 3 warpgroups (d128 block_m 192)",
-     R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 64}, "pingpong": true})",
-     ErrorCode::kInvalidSpec, {"\"pingpong\"", "consumer_warpgroups 3", "needs intra_wg_overlap true"}},
+     {"spec field \"pingpong\": true is not allowed", "intra_wg_overlap false and consumer_warpgroups 2;",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3"}},
+    {"pingpong with 3 warpgroups without intra_wg_overlap",
+     R"({"dtype": "fp16", "head_dim": 64, "pingpong": true, "intra_wg_overlap": false})", ErrorCode::kInvalidSpec,
+     {"\"pingpong\"", "intra_wg_overlap false and consumer_warpgroups 3;",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3"}},
     {"pingpong with 1 warpgroup", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}, "pingpong": true})",
      ErrorCode::kInvalidSpec,
-     {"\"pingpong\"", "intra_wg_overlap true and consumer_warpgroups 1",
-      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2"}},
+     {"\"pingpong\"", "intra_wg_overlap true and consumer_warpgroups 1;",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3"}},
     {"pingpong with 1 warpgroup and no overlap",
      R"({"dtype": "bf16", "head_dim": 256, "consumer_warpgroups": 1, "intra_wg_overlap": false, "pingpong": true})",
-     ErrorCode::kInvalidSpec, {"\"pingpong\"", "intra_wg_overlap false and consumer_warpgroups 1"}},
+     ErrorCode::kInvalidSpec,
+     {"\"pingpong\"", "intra_wg_overlap false and consumer_warpgroups 1;", "consumer_warpgroups 2 or 3"}},
     {"pingpong wrong type", R"({"dtype": "bf16", "head_dim": 128, "pingpong": 1})", ErrorCode::kInvalidSpec,
      {"\"pingpong\"", "1", "wrong type", "true or false"}},
     {"intra_wg_overlap wrong type", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": "true"})",
@@ -217,7 +226,7 @@ const std::vector<GoodCase> kGoodCases = {
      DType::kBf16, 128, 64, 176, 1, 2, false, false, true},
     {"block_m 64 causal", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_m": 64}})",
      DType::kBf16, 128, 64, 176, 1, 2, true, false, true},
-    // 128 + 40 + 20 + 24 = 212 registers, 32768 + 2 * 81920 + 1280 = 197888 bytes.
+    // 128 + 40 + 20 + 28 = 216 registers, 32768 + 2 * 81920 + 1280 = 197888 bytes.
     {"block_m 64 at d256 drops the pingpong default", R"({"dtype": "fp16", "head_dim": 256, "tile": {"block_m": 64}})",
      DType::kFp16, 256, 64, 80, 1, 2, false, false, true},
     {"consumer_warpgroups alone sets block_m", R"({"dtype": "bf16", "head_dim": 64, "consumer_warpgroups": 2})",
@@ -225,15 +234,31 @@ const std::vector<GoodCase> kGoodCases = {
     {"block_m and consumer_warpgroups agree",
      R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 192, "block_n": 64}, "consumer_warpgroups": 3})",
      DType::kBf16, 64, 192, 64, 3, 2, false, false, true},
-    // Three warpgroups at d128: 64 + 48 + 24 + 24 = 160 registers, exactly the budget; pingpong dropped.
-    {"d128 wg3 block_n 96 at the register budget",
-     R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 96}})", DType::kBf16, 128, 192,
-     96, 3, 2, false, false, true},
-    // The 128x128 causal tile (whole diagonal blocks) on request: 64 + 64 + 32 + 24 = 184 registers,
+    // Three warpgroups at d128: 64 + 40 + 20 + 28 = 152 registers, the largest block_n under the budget of
+    // 160 (block_n 96 gives 164). Pingpong now runs with 3 warpgroups, so the d128 table default applies.
+    {"d128 wg3 block_n 80 keeps the pingpong default",
+     R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 80}})", DType::kBf16, 128, 192,
+     80, 3, 2, false, true, true},
+    {"d128 wg3 pingpong opt-out", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 64}, "pingpong": false})",
+     DType::kBf16, 128, 192, 64, 3, 2, false, false, true},
+    // Pingpong round robin over 3 warpgroups: 156 registers at the d64 default tile, 140 at d128 192x64.
+    {"pingpong opt-in at the d64 default (3 warpgroups)", R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})",
+     DType::kFp16, 64, 192, 128, 3, 2, false, true, true},
+    {"pingpong opt-in at d64 causal (3 warpgroups)",
+     R"({"dtype": "bf16", "head_dim": 64, "causal": true, "consumer_warpgroups": 3, "pingpong": true})", DType::kBf16,
+     64, 192, 128, 3, 2, true, true, true},
+    {"pingpong with 3 warpgroups at d128 block_m 192",
+     R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 64}, "pingpong": true})", DType::kBf16,
+     128, 192, 64, 3, 2, false, true, true},
+    // Exactly at the 240 budget of 2 warpgroups: 32 + 120 + 60 + 28 = 240 registers,
+    // 16384 + 2 * (30720 + 30720) + 1280 = 140544 bytes.
+    {"d64 128x240 at the register budget", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 128, "block_n": 240}})",
+     DType::kBf16, 64, 128, 240, 2, 2, false, false, true},
+    // The 128x128 causal tile (whole diagonal blocks) on request: 64 + 64 + 32 + 28 = 188 registers,
     // 32768 + 2 * 65536 + 1280 = 165120 bytes of smem; the table's pingpong and overlap still apply.
     {"d128 causal 128x128 explicit", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})",
      DType::kBf16, 128, 128, 128, 2, 2, true, true, true},
-    // 64 + 96 + 48 + 24 = 232 registers, 32768 + 2 * 98304 + 1280 = 229376 bytes: the largest d128 block_n.
+    // 64 + 96 + 48 + 28 = 236 registers, 32768 + 2 * 98304 + 1280 = 229376 bytes: the largest d128 block_n.
     {"d128 128x192 fits", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 192}})", DType::kBf16, 128, 128,
      192, 2, 2, false, true, true},
     // 32768 + 3 * 65536 + 1280 = 230656 bytes; the default block_n 176 would not fit 3 stages.
@@ -357,6 +382,12 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false})")) ==
         fa3jit::canonical_kernel_string(
             parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false})")));
+  // With 3 warpgroups the d128 table's pingpong applies: leaving it out names the pingpong kernel.
+  const std::string wg3 = R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 64})";
+  CHECK(fa3jit::canonical_kernel_string(parse(wg3 + "}")) ==
+        fa3jit::canonical_kernel_string(parse(wg3 + R"(, "pingpong": true})")));
+  CHECK(fa3jit::canonical_kernel_string(parse(wg3 + "}")) !=
+        fa3jit::canonical_kernel_string(parse(wg3 + R"(, "pingpong": false})")));
 
   // Any kernel field that differs gives a different key.
   const std::vector<std::string> others = {
@@ -490,7 +521,7 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
     CHECK_THAT(std::string(e.what()), Contains("96") && Contains("64, 128, 256"));
   }
 
-  // Registers per consumer thread: head_dim_v/2 + block_n/2 + block_n/4 + 24.
+  // Registers per consumer thread: head_dim_v/2 + block_n/2 + block_n/4 + 28.
   const auto c128 = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128})"));
   CHECK(c128.num_threads == 384);
   CHECK(c128.producer_registers == 24);
@@ -499,7 +530,8 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   CHECK(c128.smem_k_stage_bytes == 176 * 128 * 2);
   CHECK(c128.smem_v_stage_bytes == 176 * 128 * 2);
   CHECK(c128.smem_bytes == 214272);
-  CHECK(c128.estimated_consumer_registers == 64 + 88 + 44 + 24);
+  CHECK(c128.estimated_consumer_registers == 64 + 88 + 44 + 28);
+  CHECK(c128.estimated_consumer_registers == 224);
 
   // The causal default is the same 128x176 kernel; the 128x128 causal tile has to be asked for.
   const auto c128c = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})"));
@@ -507,7 +539,7 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   CHECK(c128c.spec.pingpong);
   CHECK(c128c.smem_k_stage_bytes == 45056);
   CHECK(c128c.smem_bytes == 214272);
-  CHECK(c128c.estimated_consumer_registers == 220);
+  CHECK(c128c.estimated_consumer_registers == 224);
 
   const auto c128c128 = fa3jit::make_kernel_config(
       parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})"));
@@ -517,14 +549,55 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   CHECK(c128c128.smem_v_stage_bytes == 32768);
   CHECK(c128c128.smem_bytes == 32768 + 2 * 65536 + 1280);
   CHECK(c128c128.smem_bytes == 165120);
-  CHECK(c128c128.estimated_consumer_registers == 64 + 64 + 32 + 24);
+  CHECK(c128c128.estimated_consumer_registers == 64 + 64 + 32 + 28);
+  CHECK(c128c128.estimated_consumer_registers == 188);
 
   const auto c64 = fa3jit::make_kernel_config(parse(R"({"dtype": "fp16", "head_dim": 64})"));
   CHECK(c64.num_threads == 512);
   CHECK(c64.producer_registers == 32);
   CHECK(c64.consumer_registers == 160);
   CHECK(c64.smem_bytes == 24576 + 2 * 32768 + 1280);
-  CHECK(c64.estimated_consumer_registers == 152);
+  CHECK(c64.estimated_consumer_registers == 156);
+  CHECK_FALSE(c64.spec.pingpong);
+
+  // Pingpong with 3 consumer warpgroups: the same thread count, split and estimate as the d64 default.
+  const auto c64pp = fa3jit::make_kernel_config(parse(R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})"));
+  CHECK(c64pp.spec.pingpong);
+  CHECK(c64pp.spec.consumer_warpgroups == 3);
+  CHECK(c64pp.num_threads == 512);
+  CHECK(c64pp.producer_registers == 32);
+  CHECK(c64pp.consumer_registers == 160);
+  CHECK(c64pp.estimated_consumer_registers == 156);
+
+  // Exactly at the budget of 2 warpgroups is accepted: 32 + 120 + 60 + 28 = 240.
+  const auto c64n240 =
+      fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 128, "block_n": 240}})"));
+  CHECK(c64n240.estimated_consumer_registers == 240);
+  CHECK(c64n240.estimated_consumer_registers == c64n240.consumer_registers);
+  CHECK(c64n240.smem_bytes == 16384 + 2 * (30720 + 30720) + 1280);
+
+  // d128 with 3 warpgroups: block_n 80 gives 152 and fits; block_n 96 gives 164, over the 160 budget.
+  const auto c128wg3 = fa3jit::make_kernel_config(
+      parse(R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 80}})"));
+  CHECK(c128wg3.estimated_consumer_registers == 152);
+  CHECK(c128wg3.consumer_registers == 160);
+  CHECK(c128wg3.spec.pingpong);
+  try {
+    parse(R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 96}})");
+    FAIL_CHECK("accepted d128 192x96, estimated 164 registers over 160");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidSpec);
+    CHECK_THAT(std::string(e.what()), Contains("estimated 164") && Contains("budget of 160"));
+  }
+  // d256 128x112 is exactly at the register budget (240) and over only in shared memory.
+  try {
+    parse(R"({"dtype": "bf16", "head_dim": 256, "tile": {"block_n": 112}})");
+    FAIL_CHECK("accepted d256 128x112 with 296192 bytes of shared memory");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidSpec);
+    CHECK_THAT(std::string(e.what()), Contains("296192 bytes"));
+    CHECK_THAT(std::string(e.what()), !Contains("registers"));
+  }
 
   const auto c256 = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 256})"));
   CHECK(c256.num_threads == 384);
@@ -533,7 +606,8 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   CHECK(c256.smem_k_stage_bytes == 80 * 256 * 2);
   CHECK(c256.smem_bytes == 65536 + 2 * 81920 + 1280);
   CHECK(c256.smem_bytes == 230656);
-  CHECK(c256.estimated_consumer_registers == 128 + 40 + 20 + 24);
+  CHECK(c256.estimated_consumer_registers == 128 + 40 + 20 + 28);
+  CHECK(c256.estimated_consumer_registers == 216);
 
   const auto c1 = fa3jit::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 1})"));
   CHECK(c1.num_threads == 256);
@@ -559,8 +633,9 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
 }
 
 TEST_CASE("make_kernel_config rejects pingpong that parse_spec would reject, for Specs built in code", "[spec]") {
-  // Runtime::prepare takes a Spec directly; a pingpong kernel with one or three consumer warpgroups would
-  // wait forever for a GEMM turn that no other warpgroup hands over.
+  // Runtime::prepare takes a Spec directly; a pingpong kernel with one consumer warpgroup would wait
+  // forever for a GEMM turn that no other warpgroup hands over. Two or three warpgroups take turns round
+  // robin, but only in the overlapped mainloop.
   const Spec base = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})");
   REQUIRE(base.pingpong);
   CHECK_NOTHROW(fa3jit::make_kernel_config(base));
@@ -571,9 +646,10 @@ TEST_CASE("make_kernel_config rejects pingpong that parse_spec would reject, for
     const char* fragment;
   };
   const std::vector<Variant> variants = {
-      {"1 warpgroup", 64, 1, true, "intra_wg_overlap true and consumer_warpgroups 1"},
-      {"3 warpgroups", 192, 3, true, "intra_wg_overlap true and consumer_warpgroups 3"},
-      {"no overlap", 128, 2, false, "intra_wg_overlap false and consumer_warpgroups 2"},
+      {"1 warpgroup", 64, 1, true, "intra_wg_overlap true and consumer_warpgroups 1;"},
+      {"1 warpgroup, no overlap", 64, 1, false, "intra_wg_overlap false and consumer_warpgroups 1;"},
+      {"2 warpgroups, no overlap", 128, 2, false, "intra_wg_overlap false and consumer_warpgroups 2;"},
+      {"3 warpgroups, no overlap", 192, 3, false, "intra_wg_overlap false and consumer_warpgroups 3;"},
   };
   for (const Variant& v : variants) {
     INFO(v.name);
@@ -587,10 +663,27 @@ TEST_CASE("make_kernel_config rejects pingpong that parse_spec would reject, for
       FAIL_CHECK("accepted pingpong with " << v.name);
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::kInvalidSpec);
-      CHECK_THAT(std::string(e.what()), Contains("\"pingpong\"") && Contains(v.fragment));
+      CHECK_THAT(std::string(e.what()), Contains("\"pingpong\"") && Contains(v.fragment) &&
+                                            Contains("consumer_warpgroups 2 or 3"));
     }
     spec.pingpong = false;
     CHECK_NOTHROW(fa3jit::make_kernel_config(spec));
+  }
+
+  // With overlap, 2 and 3 consumer warpgroups both take pingpong.
+  for (const int wg : {2, 3}) {
+    INFO("consumer_warpgroups " << wg);
+    Spec spec = base;
+    spec.block_m = 64 * wg;
+    spec.consumer_warpgroups = wg;
+    spec.block_n = 64;
+    REQUIRE(spec.pingpong);
+    REQUIRE(spec.intra_wg_overlap);
+    const fa3jit::KernelConfig config = fa3jit::make_kernel_config(spec);
+    CHECK(config.spec.pingpong);
+    CHECK(config.num_threads == 128 * (wg + 1));
+    CHECK(config.consumer_registers == (wg == 3 ? 160 : 240));
+    CHECK(config.estimated_consumer_registers == 64 + 32 + 16 + 28);
   }
 }
 
