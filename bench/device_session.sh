@@ -28,7 +28,7 @@ for stage in "${stages[@]}"; do
     tune)
       for s in configs/sweeps/*.json; do
         timeout 300 build/fa3jit tune "$s" > "$out/tune_$(basename "$s" .json).log" 2>&1
-        echo "== tune $s (rc=$?)"; grep -E "^ *[0-9]+ " "$out/tune_$(basename "$s" .json).log" | head -6
+        echo "== tune $s (rc=$?)"; grep -E "^ *[0-9]+ " "$out/tune_$(basename "$s" .json).log" | head -10
       done ;;
     bench)
       timeout 500 python3 bench/bench_fwd.py --out-dir "$out" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1

@@ -296,14 +296,14 @@ Spec parse_spec(const json& doc) {
                     : defaults.stages;
   spec.intra_wg_overlap =
       read_knob(doc, "intra_wg_overlap", defaults.intra_wg_overlap, kIntraWgOverlapImplemented);
-  // Pingpong hands GEMM turns between exactly two consumer warpgroups around the overlapped mainloop
-  // (templates/mainloop.cuh); the table's default applies only where that holds.
-  const bool pingpong_possible = spec.intra_wg_overlap && spec.consumer_warpgroups == 2;
+  // Pingpong hands GEMM turns round robin between two or three consumer warpgroups around the overlapped
+  // mainloop (templates/mainloop.cuh); the table's default applies only where that holds.
+  const bool pingpong_possible = spec.intra_wg_overlap && spec.consumer_warpgroups >= 2;
   spec.pingpong = read_knob(doc, "pingpong", defaults.pingpong && pingpong_possible, kPingpongImplemented);
   if (spec.pingpong && !pingpong_possible) {
     fail(ErrorCode::kInvalidSpec,
          fmt::format("spec field \"pingpong\": true is not allowed with intra_wg_overlap {} and consumer_warpgroups "
-                     "{}; pingpong needs intra_wg_overlap true and consumer_warpgroups 2",
+                     "{}; pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3",
                      spec.intra_wg_overlap, spec.consumer_warpgroups));
   }
   if (doc.contains("problem")) spec.problem = read_problem(doc.at("problem"));

@@ -120,14 +120,18 @@ struct Mainloop {
     for (int i = 0; i < Cfg::kHeadDimV / 2; ++i) o[i] *= o_scale[(i >> 1) & 1];
   }
 
-  /// Pingpong between two consumer warpgroups (FA3 §3.1 "inter-warpgroup overlapping"): a warpgroup
-  /// waits for its turn before issuing GEMMs and hands the turn over after issuing them, so one
-  /// warpgroup's softmax runs under the other's GEMMs. Named barrier (base + wg) counts both groups.
+  /// Pingpong between the consumer warpgroups (FA3 §3.1 "inter-warpgroup overlapping"): a warpgroup waits
+  /// for its turn before issuing GEMMs and hands the turn to the next one (round robin) after issuing them,
+  /// so one warpgroup's softmax runs under the others' GEMMs. Barrier (base + wg) collects the waiting
+  /// warpgroup and the one handing over: 256 threads.
   static __device__ __forceinline__ void gemm_turn_begin(int wg) {
     if constexpr (Cfg::kPingpong) named_barrier_sync(kBarrierSchedulerBase + wg, 256);
   }
   static __device__ __forceinline__ void gemm_turn_end(int wg) {
-    if constexpr (Cfg::kPingpong) named_barrier_arrive(kBarrierSchedulerBase + (wg ^ 1), 256);
+    if constexpr (Cfg::kPingpong) {
+      const int next = wg + 1 == Cfg::kConsumerWarpgroups ? 0 : wg + 1;
+      named_barrier_arrive(kBarrierSchedulerBase + next, 256);
+    }
   }
 
   /// Consumer warpgroup `wg` (0-based): runs the whole KV loop for its 64 rows; O and the softmax state

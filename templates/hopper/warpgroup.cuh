@@ -32,7 +32,7 @@ __device__ __forceinline__ int warpgroup_index() {
 /// Named barrier ids used by the kernel.
 enum NamedBarrier : int {
   kBarrierEpilogueBase = 1,   // + consumer warpgroup index: its 128 threads before the O store (ids 1..3)
-  kBarrierSchedulerBase = 4,  // + consumer warpgroup index: pingpong GEMM turns (ids 4..5)
+  kBarrierSchedulerBase = 4,  // + consumer warpgroup index: pingpong GEMM turns (ids 4..6)
 };
 
 }  // namespace fa3jit

@@ -209,14 +209,14 @@ struct GoodCase {
 
 const std::vector<GoodCase> kGoodCases = {
     // Tile table defaults: d128 128x176 for both masks, d256 128x80, both with overlap and pingpong;
-    // d64 192x128 with 3 warpgroups, overlap and no pingpong.
+    // d64 192x128 with 3 warpgroups, overlap and round-robin pingpong.
     {"bf16 d128 defaults", R"({"dtype": "bf16", "head_dim": 128})", DType::kBf16, 128, 128, 176, 2, 2, false, true,
      true},
     {"bf16 d128 causal defaults", R"({"dtype": "bf16", "head_dim": 128, "causal": true})", DType::kBf16, 128, 128, 176,
      2, 2, true, true, true},
-    {"fp16 d64 defaults", R"({"dtype": "fp16", "head_dim": 64})", DType::kFp16, 64, 192, 128, 3, 2, false, false, true},
+    {"fp16 d64 defaults", R"({"dtype": "fp16", "head_dim": 64})", DType::kFp16, 64, 192, 128, 3, 2, false, true, true},
     {"fp16 d64 causal defaults", R"({"dtype": "fp16", "head_dim": 64, "causal": true})", DType::kFp16, 64, 192, 128,
-     3, 2, true, false, true},
+     3, 2, true, true, true},
     {"bf16 d256 defaults", R"({"dtype": "bf16", "head_dim": 256})", DType::kBf16, 256, 128, 80, 2, 2, false, true,
      true},
     {"fp16 d256 causal defaults", R"({"dtype": "fp16", "head_dim": 256, "causal": true})", DType::kFp16, 256, 128, 80,
@@ -230,10 +230,10 @@ const std::vector<GoodCase> kGoodCases = {
     {"block_m 64 at d256 drops the pingpong default", R"({"dtype": "fp16", "head_dim": 256, "tile": {"block_m": 64}})",
      DType::kFp16, 256, 64, 80, 1, 2, false, false, true},
     {"consumer_warpgroups alone sets block_m", R"({"dtype": "bf16", "head_dim": 64, "consumer_warpgroups": 2})",
-     DType::kBf16, 64, 128, 128, 2, 2, false, false, true},
+     DType::kBf16, 64, 128, 128, 2, 2, false, true, true},
     {"block_m and consumer_warpgroups agree",
      R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 192, "block_n": 64}, "consumer_warpgroups": 3})",
-     DType::kBf16, 64, 192, 64, 3, 2, false, false, true},
+     DType::kBf16, 64, 192, 64, 3, 2, false, true, true},
     // Three warpgroups at d128: 64 + 40 + 20 + 28 = 152 registers, the largest block_n under the budget of
     // 160 (block_n 96 gives 164). Pingpong now runs with 3 warpgroups, so the d128 table default applies.
     {"d128 wg3 block_n 80 keeps the pingpong default",
@@ -242,7 +242,7 @@ const std::vector<GoodCase> kGoodCases = {
     {"d128 wg3 pingpong opt-out", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 64}, "pingpong": false})",
      DType::kBf16, 128, 192, 64, 3, 2, false, false, true},
     // Pingpong round robin over 3 warpgroups: 156 registers at the d64 default tile, 140 at d128 192x64.
-    {"pingpong opt-in at the d64 default (3 warpgroups)", R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})",
+    {"pingpong spelled out at the d64 default (3 warpgroups)", R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})",
      DType::kFp16, 64, 192, 128, 3, 2, false, true, true},
     {"pingpong opt-in at d64 causal (3 warpgroups)",
      R"({"dtype": "bf16", "head_dim": 64, "causal": true, "consumer_warpgroups": 3, "pingpong": true})", DType::kBf16,
@@ -253,7 +253,9 @@ const std::vector<GoodCase> kGoodCases = {
     // Exactly at the 240 budget of 2 warpgroups: 32 + 120 + 60 + 28 = 240 registers,
     // 16384 + 2 * (30720 + 30720) + 1280 = 140544 bytes.
     {"d64 128x240 at the register budget", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 128, "block_n": 240}})",
-     DType::kBf16, 64, 128, 240, 2, 2, false, false, true},
+     DType::kBf16, 64, 128, 240, 2, 2, false, true, true},
+    {"pingpong opt-out at the d64 default", R"({"dtype": "bf16", "head_dim": 64, "pingpong": false})", DType::kBf16, 64,
+     192, 128, 3, 2, false, false, true},
     // The 128x128 causal tile (whole diagonal blocks) on request: 64 + 64 + 32 + 28 = 188 registers,
     // 32768 + 2 * 65536 + 1280 = 165120 bytes of smem; the table's pingpong and overlap still apply.
     {"d128 causal 128x128 explicit", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})",
@@ -268,7 +270,7 @@ const std::vector<GoodCase> kGoodCases = {
     {"d128 block_n 128 stages 3 fits", R"({"dtype": "fp16", "head_dim": 128, "tile": {"block_n": 128}, "stages": 3})",
      DType::kFp16, 128, 128, 128, 2, 3, false, true, true},
     {"d64 stages 4 fits", R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}, "stages": 4})", DType::kFp16,
-     64, 128, 128, 2, 4, false, false, true},
+     64, 128, 128, 2, 4, false, true, true},
     {"explicit false knobs and head_dim_v",
      R"({"dtype": "bf16", "head_dim": 256, "head_dim_v": 256, "hadamard": false, "pingpong": false, "intra_wg_overlap": false})",
      DType::kBf16, 256, 128, 80, 2, 2, false, false, false},
@@ -370,7 +372,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
         R"("head_dim_v":128,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
   CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"consumer_warpgroups":3,"dtype":"bf16","hadamard":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"pingpong":false,"stages":2,"tile":{"block_m":192,"block_n":128}})");
+        R"("head_dim_v":64,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":192,"block_n":128}})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
   CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}})")) ==
@@ -427,7 +429,7 @@ TEST_CASE("spec_to_json and spec_summary", "[spec]") {
   CHECK(fa3jit::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
         "bf16 d128 causal 128x128 wg2 st2 pingpong overlap");
   CHECK(fa3jit::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) == "fp16 d256 128x80 wg2 st2 pingpong overlap");
-  CHECK(fa3jit::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 overlap");
+  CHECK(fa3jit::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap");
   CHECK(fa3jit::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
         "bf16 d256 128x80 wg2 st2");
 }
@@ -489,7 +491,7 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   };
   // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
   const std::vector<Row> rows = {
-      {64, false, {192, 128, 3, 2, false, true}},  {64, true, {192, 128, 3, 2, false, true}},
+      {64, false, {192, 128, 3, 2, true, true}},   {64, true, {192, 128, 3, 2, true, true}},
       {128, false, {128, 176, 2, 2, true, true}},  {128, true, {128, 176, 2, 2, true, true}},
       {256, false, {128, 80, 2, 2, true, true}},   {256, true, {128, 80, 2, 2, true, true}},
   };
@@ -558,7 +560,7 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   CHECK(c64.consumer_registers == 160);
   CHECK(c64.smem_bytes == 24576 + 2 * 32768 + 1280);
   CHECK(c64.estimated_consumer_registers == 156);
-  CHECK_FALSE(c64.spec.pingpong);
+  CHECK(c64.spec.pingpong);
 
   // Pingpong with 3 consumer warpgroups: the same thread count, split and estimate as the d64 default.
   const auto c64pp = fa3jit::make_kernel_config(parse(R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})"));
