@@ -26,7 +26,7 @@ for stage in "${stages[@]}"; do
       timeout 500 build/fa3jit_tests "[gpu]" > "$out/gpu_tests.log" 2>&1
       echo "gpu tests rc=$?: $(grep -E '^forward matrix' "$out/gpu_tests.log") | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
     tune)
-      for s in configs/sweeps/*.json; do
+      for s in ${TUNE_SWEEPS:-configs/sweeps/*.json}; do
         timeout 300 build/fa3jit tune "$s" > "$out/tune_$(basename "$s" .json).log" 2>&1
         echo "== tune $s (rc=$?)"; grep -E "^ *[0-9]+ " "$out/tune_$(basename "$s" .json).log" | head -10
       done ;;

@@ -104,18 +104,20 @@ std::string emit_config(const KernelConfig& c) {
       "  static constexpr bool kIsBf16 = {};\n"
       "  static constexpr bool kPingpong = {};\n"
       "  static constexpr bool kIntraWgOverlap = {};\n"
+      "  static constexpr int kClusterM = {};\n"
       "}};\n",
       s.head_dim, s.head_dim_v, s.block_m, s.block_n, s.stages, s.consumer_warpgroups, c.num_threads,
       c.producer_registers, c.consumer_registers, c.smem_bytes, s.causal, s.dtype == DType::kBf16, s.pingpong,
-      s.intra_wg_overlap);
+      s.intra_wg_overlap, s.cluster_m);
 }
 
 }  // namespace
 
 std::string kernel_name(const Spec& s) {
-  return fmt::format("fa3jit_fwd_{}_d{}_dv{}_{}_m{}n{}_wg{}_st{}{}{}{}", dtype_name(s.dtype), s.head_dim, s.head_dim_v,
+  return fmt::format("fa3jit_fwd_{}_d{}_dv{}_{}_m{}n{}_wg{}_st{}{}{}{}{}", dtype_name(s.dtype), s.head_dim, s.head_dim_v,
                      s.causal ? "causal" : "full", s.block_m, s.block_n, s.consumer_warpgroups, s.stages,
-                     s.pingpong ? "_pp" : "", s.intra_wg_overlap ? "_iwo" : "", s.hadamard ? "_had" : "");
+                     s.pingpong ? "_pp" : "", s.intra_wg_overlap ? "_iwo" : "", s.cluster_m > 1 ? "_c2" : "",
+                     s.hadamard ? "_had" : "");
 }
 
 KernelSource emit_kernel(const KernelConfig& config) {

@@ -263,7 +263,7 @@ Spec parse_spec(const json& doc) {
   require_object(doc, "");
   reject_unknown_keys(doc, "",
                       {"dtype", "head_dim", "head_dim_v", "causal", "hadamard", "tile", "consumer_warpgroups",
-                       "stages", "pingpong", "intra_wg_overlap", "problem"});
+                       "stages", "pingpong", "intra_wg_overlap", "cluster_m", "problem"});
   Spec spec;
   spec.dtype = read_dtype(doc);
   spec.head_dim = read_head_dim(doc);
@@ -306,6 +306,15 @@ Spec parse_spec(const json& doc) {
                      "{}; pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3",
                      spec.intra_wg_overlap, spec.consumer_warpgroups));
   }
+  // K/V multicast pairs two CTAs that walk the same KV blocks: only without a causal mask (FA3 likewise).
+  spec.cluster_m = doc.contains("cluster_m")
+                       ? static_cast<int>(read_int(doc.at("cluster_m"), "cluster_m", 1, 2, "1 or 2"))
+                       : (spec.causal ? 1 : defaults.cluster_m);
+  if (spec.cluster_m == 2 && spec.causal) {
+    fail(ErrorCode::kInvalidSpec,
+         "spec field \"cluster_m\": 2 is not allowed with causal true; the two CTAs of a cluster must visit the "
+         "same KV blocks, expected 1");
+  }
   if (doc.contains("problem")) spec.problem = read_problem(doc.at("problem"));
 
   // Shared memory and register budgets: an infeasible tile is reported now, not at compile or launch.
@@ -341,6 +350,7 @@ json canonical_kernel_json(const Spec& spec) {
       {"stages", spec.stages},
       {"pingpong", spec.pingpong},
       {"intra_wg_overlap", spec.intra_wg_overlap},
+      {"cluster_m", spec.cluster_m},
   };
 }
 
@@ -367,6 +377,7 @@ std::string spec_summary(const Spec& spec) {
   text += fmt::format(" {}x{} wg{} st{}", spec.block_m, spec.block_n, spec.consumer_warpgroups, spec.stages);
   if (spec.pingpong) text += " pingpong";
   if (spec.intra_wg_overlap) text += " overlap";
+  if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   return text;
 }
 

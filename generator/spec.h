@@ -11,6 +11,9 @@
 //   stages              2..4, default 2
 //   pingpong            bool, default from the tile table
 //   intra_wg_overlap    bool, default from the tile table
+//   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
+//                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
+//                       through TMA multicast, halving L2 traffic (non-causal only)
 //   problem {batch, seqlen_q, seqlen_k, num_heads, num_heads_kv}  optional, used by run/bench only
 // Every kernel field left out takes its value from the tile table (per dtype, head_dim, causal), so a
 // spec with defaults spelled out and one without map to the same Spec and the same cache key.
@@ -54,6 +57,7 @@ struct Spec {
   int stages = 2;
   bool pingpong = false;
   bool intra_wg_overlap = false;
+  int cluster_m = 1;
   std::optional<Problem> problem;
   bool operator==(const Spec&) const = default;
 };

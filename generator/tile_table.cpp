@@ -101,6 +101,11 @@ KernelConfig make_kernel_config(const Spec& spec) {
                             "this release", spec.head_dim_v, spec.head_dim));
   }
   default_tile(spec.dtype, spec.head_dim, spec.causal);  // throws for an unsupported head_dim
+  if (spec.cluster_m != 1 && !(spec.cluster_m == 2 && !spec.causal)) {
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec field \"cluster_m\": {} is not allowed with causal {}; expected 1, or 2 without a "
+                            "causal mask", spec.cluster_m, spec.causal));
+  }
   // parse_spec enforces this too; a Spec built in code reaches the kernel only through here, and a
   // pingpong kernel with 1 consumer warpgroup waits forever for a GEMM turn (templates/mainloop.cuh).
   if (spec.pingpong && !(spec.intra_wg_overlap && spec.consumer_warpgroups >= 2)) {
@@ -116,6 +121,12 @@ KernelConfig make_kernel_config(const Spec& spec) {
   config.num_threads = 128 * (wg + 1);
   config.producer_registers = kRegisterSplits[wg - 1].producer;
   config.consumer_registers = kRegisterSplits[wg - 1].consumer;
+  if (spec.cluster_m > 1 && wg == 2) {
+    // The multicast producer needs more than 24 registers (ptxas spilled 44 bytes at 24); 40 + 2 * 232 is
+    // the same pool of 3 * 168 registers.
+    config.producer_registers = 40;
+    config.consumer_registers = 232;
+  }
 
   const int pinned = pinned_registers_per_thread(config.num_threads);
   const int wanted = config.producer_registers + wg * config.consumer_registers;

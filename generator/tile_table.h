@@ -21,6 +21,7 @@ struct TileDefaults {
   int stages;
   bool pingpong;
   bool intra_wg_overlap;
+  int cluster_m = 1;
 };
 
 /// Default tile for (dtype, head_dim, causal). head_dim must be one of 64, 128, 256.

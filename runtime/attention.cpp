@@ -276,11 +276,15 @@ void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
   const CUtensorMapDataType type =
       a.dtype == DType::kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   CUtensorMap tm_q = make_tensor_map(a.q, q_shape, type, spec.block_m);
-  CUtensorMap tm_k = make_tensor_map(a.k, k_shape, type, spec.block_n);
-  CUtensorMap tm_v = make_tensor_map(a.v, v_shape, type, spec.block_n);
+  // With a cluster each CTA loads half of every K/V block and multicasts it (templates/mainloop.cuh).
+  CUtensorMap tm_k = make_tensor_map(a.k, k_shape, type, spec.block_n / spec.cluster_m);
+  CUtensorMap tm_v = make_tensor_map(a.v, v_shape, type, spec.block_n / spec.cluster_m);
   CUtensorMap tm_o = make_tensor_map(a.out, o_shape, type, 64);
+  // With a 2-CTA cluster both CTAs must work on one head: round the row blocks per head up to even (the
+  // extra block's rows lie past seqlen_q: TMA zero-fills its Q and drops its O).
   const int64_t num_m_blocks = (seqlen_q + spec.block_m - 1) / spec.block_m;
-  if (num_m_blocks * num_heads * batch > 0x7fffffff)
+  const int64_t launch_m_blocks = (num_m_blocks + spec.cluster_m - 1) / spec.cluster_m * spec.cluster_m;
+  if (launch_m_blocks * num_heads * batch > 0x7fffffff)
     bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} make more than 2^31 tiles", batch,
                              num_heads, seqlen_q));
   // Causal tile order (templates/scheduler.cuh): as many (head, batch) pairs per section as keep their K and
@@ -290,7 +294,7 @@ void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
   const int64_t section_heads = std::clamp<int64_t>((int64_t{32} << 20) / kv_bytes_per_head, 1, num_heads * batch);
   FwdParams params{static_cast<int>(seqlen_q),     static_cast<int>(seqlen_k),
                    static_cast<int>(num_heads),    static_cast<int>(num_heads / num_heads_kv),
-                   static_cast<int>(batch),        static_cast<int>(num_m_blocks),
+                   static_cast<int>(batch),        static_cast<int>(launch_m_blocks),
                    static_cast<int>(section_heads), 0,
                    scale,                          scale * 1.4426950408889634f,
                    a.lse};
@@ -299,7 +303,7 @@ void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
   CUcontext ctx = nullptr;
   check_cu(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   CUlaunchConfig launch{};
-  launch.gridDimX = static_cast<unsigned>(num_m_blocks * num_heads * batch);
+  launch.gridDimX = static_cast<unsigned>(launch_m_blocks * num_heads * batch);
   launch.gridDimY = 1;
   launch.gridDimZ = 1;
   launch.blockDimX = static_cast<unsigned>(cfg.num_threads);
@@ -307,6 +311,15 @@ void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
   launch.blockDimZ = 1;
   launch.sharedMemBytes = static_cast<unsigned>(cfg.smem_bytes);
   launch.hStream = static_cast<CUstream>(stream);
+  CUlaunchAttribute cluster{};
+  if (spec.cluster_m > 1) {
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = static_cast<unsigned>(spec.cluster_m);
+    cluster.value.clusterDim.y = 1;
+    cluster.value.clusterDim.z = 1;
+    launch.attrs = &cluster;
+    launch.numAttrs = 1;
+  }
   check_cu(d.cuLaunchKernelEx(&launch, kernel->function_for(ctx), kernel_args, nullptr), "launching the attention kernel");
 }
 

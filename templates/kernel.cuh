@@ -7,6 +7,7 @@
 #pragma once
 
 #include "epilogue.cuh"
+#include "hopper/cluster.cuh"
 #include "hopper/warpgroup.cuh"
 #include "mainloop.cuh"
 
@@ -30,7 +31,13 @@ __device__ __forceinline__ void attention_forward(const TmaDesc& tm_q, const Tma
     Mainloop<Cfg>::init_barriers(sm);
     mbarrier_fence_init();
   }
-  __syncthreads();
+  // With a cluster, the peer CTA multicasts into our stages and arrives on our barriers: both CTAs' barriers
+  // must be initialised before either starts.
+  if constexpr (Cfg::kClusterM > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
@@ -46,6 +53,12 @@ __device__ __forceinline__ void attention_forward(const TmaDesc& tm_q, const Tma
     softmax.init();
     Mainloop<Cfg>::consume(sm, wg - 1, tile, n_block_max, params, o, softmax);
     store_output<Cfg>(sm, &tm_o, wg - 1, tile, params, o, softmax);
+  }
+  // The peer CTA's consumers may still release stages by arriving on our barriers: keep this CTA's shared
+  // memory alive until both are done.
+  if constexpr (Cfg::kClusterM > 1) {
+    __syncwarp();
+    cluster_sync();
   }
 }
 

@@ -13,6 +13,7 @@
 //         a0..a3 = pack(s[8g..8g+1]), pack(s[8g+2..8g+3]), pack(s[8g+4..8g+5]), pack(s[8g+6..8g+7]).
 #pragma once
 
+#include "hopper/cluster.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/tma.cuh"
 #include "hopper/warpgroup.cuh"
@@ -30,7 +31,9 @@ struct Mainloop {
   static constexpr int kQkSteps = Cfg::kHeadDim / 16;   // k16 steps of S = Q.K^T
   static constexpr int kPvSteps = Cfg::kBlockN / 16;    // k16 steps of O += P.V
   static constexpr int kRowBytes = 128;                  // one swizzled row of a 64-column block
-  static constexpr uint32_t kEmptyArrivals = 4 * Cfg::kConsumerWarpgroups;  // lane 0 of every consumer warp
+  // A stage is free once lane 0 of every consumer warp of every CTA that reads it has released it: with
+  // cluster_m = 2 the peer CTA's consumers release it too (its producer multicasts into our stage).
+  static constexpr uint32_t kEmptyArrivals = 4 * Cfg::kConsumerWarpgroups * Cfg::kClusterM;
 
   /// Initialises the barriers (one thread); the caller fences and synchronises the CTA afterwards.
   static __device__ __forceinline__ void init_barriers(const Smem& sm) {
@@ -41,6 +44,34 @@ struct Mainloop {
       mbarrier_init(sm.v_full(s), 1);
       mbarrier_init(sm.k_empty(s), kEmptyArrivals);
       mbarrier_init(sm.v_empty(s), kEmptyArrivals);
+    }
+  }
+
+  /// Loads a K or V block. Alone, one CTA loads the whole block. With cluster_m = 2 each CTA loads half the
+  /// rows and multicasts them to both CTAs, so every CTA's stage still receives the full block and its full
+  /// barrier the full byte count (FA3's 2x1 cluster; PTX ISA cp.async.bulk.tensor .multicast::cluster).
+  template <int kCols>
+  static __device__ __forceinline__ void load_kv_block(uint32_t dst, const TmaDesc* desc, uint32_t bar, int row,
+                                                       int head, int batch) {
+    if constexpr (Cfg::kClusterM == 1) {
+      load_tile<Cfg::kBlockN, kCols>(dst, desc, bar, row, head, batch);
+    } else {
+      constexpr int kHalf = Cfg::kBlockN / 2;
+      const int rank = static_cast<int>(cluster_ctarank());
+#pragma unroll
+      for (int j = 0; j < kCols / 64; ++j)
+        tma_load_4d_multicast(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar, 64 * j,
+                              row + rank * kHalf, head, batch, static_cast<uint16_t>(0x3));
+    }
+  }
+
+  /// Releases a K or V stage: this warp's arrival on the empty barrier of every CTA that loads into it.
+  static __device__ __forceinline__ void release(uint32_t empty_bar) {
+    if constexpr (Cfg::kClusterM == 1) {
+      mbarrier_arrive(empty_bar);
+    } else {
+#pragma unroll
+      for (uint32_t rank = 0; rank < Cfg::kClusterM; ++rank) mbarrier_arrive_cluster(empty_bar, rank);
     }
   }
 
@@ -63,12 +94,12 @@ struct Mainloop {
     for (int n_block = n_block_max - 1; n_block >= 0; --n_block) {
       mbarrier_wait(sm.k_empty(pipe.stage), pipe.phase ^ 1u);
       mbarrier_arrive_expect_tx(sm.k_full(pipe.stage), Smem::kKStageBytes);
-      load_tile<Cfg::kBlockN, Cfg::kHeadDim>(sm.k(pipe.stage), tm_k, sm.k_full(pipe.stage), n_block * Cfg::kBlockN,
-                                             kv_head, tile.batch);
+      load_kv_block<Cfg::kHeadDim>(sm.k(pipe.stage), tm_k, sm.k_full(pipe.stage), n_block * Cfg::kBlockN, kv_head,
+                                   tile.batch);
       mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
       mbarrier_arrive_expect_tx(sm.v_full(pipe.stage), Smem::kVStageBytes);
-      load_tile<Cfg::kBlockN, Cfg::kHeadDimV>(sm.v(pipe.stage), tm_v, sm.v_full(pipe.stage), n_block * Cfg::kBlockN,
-                                              kv_head, tile.batch);
+      load_kv_block<Cfg::kHeadDimV>(sm.v(pipe.stage), tm_v, sm.v_full(pipe.stage), n_block * Cfg::kBlockN, kv_head,
+                                    tile.batch);
       pipe.advance();
     }
   }
@@ -170,7 +201,7 @@ struct Mainloop {
       issue_qk(s, q_rows, sm.k(pipe.stage));
       wgmma_wait<0>();
       fence_operands(s);
-      if (lane == 0) mbarrier_arrive(sm.k_empty(pipe.stage));
+      if (lane == 0) release(sm.k_empty(pipe.stage));
 
       float o_scale[2];
       softmax_step(s, n_block, tile, row, params, softmax, o_scale);
@@ -184,7 +215,7 @@ struct Mainloop {
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(p);
-      if (lane == 0) mbarrier_arrive(sm.v_empty(pipe.stage));
+      if (lane == 0) release(sm.v_empty(pipe.stage));
       pipe.advance();
     }
   }
@@ -208,7 +239,7 @@ struct Mainloop {
       gemm_turn_end(wg);
       wgmma_wait<0>();
       fence_operands(s);
-      if (lane == 0) mbarrier_arrive(sm.k_empty(pipe.stage));
+      if (lane == 0) release(sm.k_empty(pipe.stage));
       float o_scale[2];
       softmax_step(s, n_block_max - 1, tile, row, params, softmax, o_scale);
       convert_p(s, p);
@@ -226,13 +257,13 @@ struct Mainloop {
       gemm_turn_end(wg);
       wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run
       fence_operands(s);
-      if (lane == 0) mbarrier_arrive(sm.k_empty(pipe.stage));
+      if (lane == 0) release(sm.k_empty(pipe.stage));
       float o_scale[2];
       softmax_step(s, n_block, tile, row, params, softmax, o_scale);
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(p);
-      if (lane == 0) mbarrier_arrive(sm.v_empty(v_pipe.stage));
+      if (lane == 0) release(sm.v_empty(v_pipe.stage));
       rescale_o(o, o_scale);
       convert_p(s, p);
       v_pipe = pipe;
@@ -247,7 +278,7 @@ struct Mainloop {
     wgmma_wait<0>();
     fence_operands(o);
     fence_operands(p);
-    if (lane == 0) mbarrier_arrive(sm.v_empty(v_pipe.stage));
+    if (lane == 0) release(sm.v_empty(v_pipe.stage));
   }
 };
 

@@ -22,6 +22,17 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const TmaDesc* desc, u
       : "memory");
 }
 
+/// Like tma_load_4d, but the box lands at the same shared-memory offset in every CTA of the cluster named by
+/// `cta_mask`, and completes transaction bytes on the mbarrier at the same offset in each of them.
+__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const TmaDesc* desc, uint32_t bar, int c0, int c1,
+                                                      int c2, int c3, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3, %4, %5}], [%6], %7;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
 /// Stores one box from shared memory at `src` to coordinates {c0, c1, c2, c3}.
 __device__ __forceinline__ void tma_store_4d(const TmaDesc* desc, uint32_t src, int c0, int c1, int c2, int c3) {
   asm volatile(

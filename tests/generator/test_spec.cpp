@@ -359,7 +359,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
       "problem": {"batch": 2, "seqlen_q": 4096, "seqlen_k": 4096, "num_heads": 32, "num_heads_kv": 8}})");
   const std::string key = fa3jit::canonical_kernel_string(a);
   CHECK(key ==
-        R"({"causal":true,"consumer_warpgroups":2,"dtype":"bf16","hadamard":false,"head_dim":128,)"
+        R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","hadamard":false,"head_dim":128,)"
         R"("head_dim_v":128,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
   CHECK(fa3jit::canonical_kernel_string(b) == key);
   CHECK(fa3jit::canonical_kernel_string(c) == key);
@@ -368,10 +368,10 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
 
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
-        R"({"causal":false,"consumer_warpgroups":2,"dtype":"fp16","hadamard":false,"head_dim":128,)"
+        R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","hadamard":false,"head_dim":128,)"
         R"("head_dim_v":128,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
   CHECK(fa3jit::canonical_kernel_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
-        R"({"causal":false,"consumer_warpgroups":3,"dtype":"bf16","hadamard":false,"head_dim":64,)"
+        R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","hadamard":false,"head_dim":64,)"
         R"("head_dim_v":64,"intra_wg_overlap":true,"pingpong":true,"stages":2,"tile":{"block_m":192,"block_n":128}})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
