@@ -120,11 +120,14 @@ TEST_CASE("non-default specs (other tiles, stages, schedules) run and pass", "[g
                            R"({"dtype":"bf16","head_dim":256,"causal":true,"intra_wg_overlap":false,"pingpong":false})",
                            R"({"dtype":"fp16","head_dim":128,"causal":true,"pingpong":false})",
                            R"({"dtype":"bf16","head_dim":64,"causal":true,"intra_wg_overlap":false})",
+                           R"({"dtype":"bf16","head_dim":128,"cluster_m":2})",
+                           R"({"dtype":"fp16","head_dim":64,"cluster_m":2,"pingpong":false})",
                            R"({"dtype":"fp16","head_dim":128,"causal":true,"stages":3,"tile":{"block_n":128}})",
                            R"({"dtype":"bf16","head_dim":64,"tile":{"block_m":128,"block_n":128}})",
                            R"({"dtype":"bf16","head_dim":128,"tile":{"block_m":64,"block_n":128}})"}) {
     const Spec spec = parse_spec(std::string(json));
-    ProblemShape s{spec.dtype, 2, 1000, 1111, 4, 2, spec.head_dim, spec.causal};
+    // 800 rows: an odd number of 128-row blocks, so a 2-CTA cluster pads its last pair.
+    ProblemShape s{spec.dtype, 2, 800, 1111, 4, 2, spec.head_dim, spec.causal};
     GpuProblem p(s, 3);
     p.run(&spec);
     const CheckResult r = p.check();
