@@ -172,6 +172,12 @@ const std::vector<BadCase> kBadCases = {
      {"\"pingpong\"", "intra_wg_overlap false and consumer_warpgroups 1;", "consumer_warpgroups 2 or 3"}},
     {"pingpong wrong type", R"({"dtype": "bf16", "head_dim": 128, "pingpong": 1})", ErrorCode::kInvalidSpec,
      {"\"pingpong\"", "1", "wrong type", "true or false"}},
+    {"cluster_m out of range", R"({"dtype": "bf16", "head_dim": 128, "cluster_m": 4})", ErrorCode::kInvalidSpec,
+     {"\"cluster_m\"", "4", "1 or 2"}},
+    {"cluster_m wrong type", R"({"dtype": "bf16", "head_dim": 128, "cluster_m": "2"})", ErrorCode::kInvalidSpec,
+     {"\"cluster_m\"", "\"2\""}},
+    {"cluster_m 2 with a causal mask", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "cluster_m": 2})",
+     ErrorCode::kInvalidSpec, {"\"cluster_m\"", "2", "causal true", "expected 1"}},
     {"intra_wg_overlap wrong type", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": "true"})",
      ErrorCode::kInvalidSpec, {"\"intra_wg_overlap\"", "\"true\"", "wrong type", "true or false"}},
     {"problem null", R"({"dtype": "bf16", "head_dim": 128, "problem": null})", ErrorCode::kInvalidSpec,
@@ -705,4 +711,27 @@ TEST_CASE("error code and dtype names", "[spec]") {
   CHECK(std::string(fa3jit::dtype_name(DType::kE4m3)) == "e4m3");
   CHECK(fa3jit::dtype_size(DType::kBf16) == 2);
   CHECK(fa3jit::dtype_size(DType::kE4m3) == 1);
+}
+
+TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the default", "[spec]") {
+  const Spec plain = parse(R"({"dtype": "bf16", "head_dim": 128})");
+  const Spec one = parse(R"({"dtype": "bf16", "head_dim": 128, "cluster_m": 1})");
+  const Spec two = parse(R"({"dtype": "bf16", "head_dim": 128, "cluster_m": 2})");
+  CHECK(plain.cluster_m == 1);
+  CHECK(two.cluster_m == 2);
+  CHECK(fa3jit::canonical_kernel_string(plain) == fa3jit::canonical_kernel_string(one));
+  CHECK(fa3jit::canonical_kernel_string(two) != fa3jit::canonical_kernel_string(plain));
+  CHECK(fa3jit::canonical_kernel_json(two).at("cluster_m") == 2);
+  CHECK(fa3jit::spec_summary(two) == "bf16 d128 128x176 wg2 st2 pingpong overlap cluster2");
+  // The multicast producer gets 40 registers, the consumers 232: the same pool of 3 x 168.
+  const auto cfg = fa3jit::make_kernel_config(two);
+  CHECK(cfg.producer_registers == 40);
+  CHECK(cfg.consumer_registers == 232);
+  CHECK(cfg.producer_registers + 2 * cfg.consumer_registers == 3 * 168);
+  // A Spec built in code with a causal cluster is rejected before any kernel is generated.
+  Spec bad = two;
+  bad.causal = true;
+  CHECK_THROWS_AS(fa3jit::make_kernel_config(bad), fa3jit::Error);
+  // The round trip keeps the knob.
+  CHECK(fa3jit::parse_spec(fa3jit::canonical_kernel_json(two)) == two);
 }
