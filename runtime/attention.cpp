@@ -11,6 +11,7 @@
 #include "generator/emit.h"
 #include "generator/error.h"
 #include "generator/tile_table.h"
+#include "runtime/arguments.h"
 #include "runtime/compiler.h"
 #include "runtime/driver.h"
 #include "runtime/log.h"
@@ -80,71 +81,14 @@ namespace {
 
 [[noreturn]] void bad_argument(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 
-int64_t positive(int64_t value, const char* name) {
-  if (value < 1) bad_argument(fmt::format("argument {} = {} is not allowed; expected >= 1", name, value));
-  if (value > 0x7fffffff) bad_argument(fmt::format("argument {} = {} is too large; expected <= 2147483647", name, value));
-  return value;
-}
-
-struct TensorShape {
-  const char* name;
-  int64_t batch, seqlen, heads, dim;
-};
-
-// Checks a device tensor: pointer, alignment, strides, and that every element lies inside the allocation
-// that holds the base pointer (so a wrong shape is an error here, not an illegal memory access later).
-void check_tensor(const TensorView& t, const TensorShape& s, int elem_bytes, int device) {
-  const Driver& d = driver();
-  const auto addr = reinterpret_cast<uintptr_t>(t.data);
-  if (t.data == nullptr) bad_argument(fmt::format("argument {}.data is null", s.name));
-  if (addr % 16 != 0)
-    bad_argument(fmt::format("argument {}.data = {:#x} is not 16-byte aligned; TMA needs 16-byte aligned base "
-                             "addresses (PTX ISA, tensor copy)", s.name, addr));
-  const struct {
-    const char* field;
-    int64_t stride, extent;
-  } strides[] = {{"stride_batch", t.stride_batch, s.batch}, {"stride_seq", t.stride_seq, s.seqlen},
-                 {"stride_head", t.stride_head, s.heads}};
-  int64_t last = s.dim - 1;  // offset of the last element, in elements
-  for (const auto& st : strides) {
-    if (st.extent == 1) continue;  // stride of a size-1 dimension is never used
-    if (st.stride <= 0)
-      bad_argument(fmt::format("argument {}.{} = {} is not allowed; expected a positive stride in elements",
-                               s.name, st.field, st.stride));
-    if ((st.stride * elem_bytes) % 16 != 0)
-      bad_argument(fmt::format("argument {}.{} = {} elements ({} bytes) is not a multiple of 16 bytes; TMA needs "
-                               "16-byte aligned strides",
-                               s.name, st.field, st.stride, st.stride * elem_bytes));
-    if (st.stride * elem_bytes >= (int64_t{1} << 40))
-      bad_argument(fmt::format("argument {}.{} = {} elements is too large for TMA (limit 2^40 bytes)", s.name,
-                               st.field, st.stride));
-    last += (st.extent - 1) * st.stride;
-  }
-  int ordinal = -1;
-  if (d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr) != CUDA_SUCCESS)
-    bad_argument(fmt::format("argument {}.data = {:#x} is not a CUDA device pointer", s.name, addr));
-  if (ordinal != device)
-    bad_argument(fmt::format("argument {}.data is on device {}, but q is on device {}; all tensors must be on one "
-                             "device", s.name, ordinal, device));
-  CUdeviceptr start = 0;
-  size_t size = 0;
-  if (d.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) == CUDA_SUCCESS &&
-      d.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr) == CUDA_SUCCESS) {
-    const uint64_t end = addr + static_cast<uint64_t>(last + 1) * elem_bytes;
-    if (end > start + size)
-      bad_argument(fmt::format("argument {}: shape (batch {}, seqlen {}, heads {}, dim {}) with strides ({}, {}, {}) "
-                               "reaches {} bytes past its allocation",
-                               s.name, s.batch, s.seqlen, s.heads, s.dim, t.stride_batch, t.stride_seq, t.stride_head,
-                               end - (start + size)));
-  }
-}
-
 // 4-D tensor map {dim, seqlen, heads, batch} with a {64, box_rows, 1, 1} box and 128-byte swizzle
 // (docs/kernel-design.md §3): one box is one 64-column block of a tile.
 CUtensorMap make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDataType type, int box_rows) {
-  const int64_t row_bytes = t.stride_seq * 2;
+  // A size-1 dimension's stride is never stepped, whatever the caller passed (DLPack producers often give
+  // 1 or 0): hand TMA any valid value, the row size rounded up to 16 bytes.
+  const auto unused_stride = static_cast<cuuint64_t>((s.dim * 2 + 15) / 16 * 16);
   auto stride_or = [&](int64_t extent, int64_t stride) {
-    return static_cast<cuuint64_t>(extent == 1 ? (row_bytes > 0 ? row_bytes : 16) : stride * 2);
+    return extent == 1 ? unused_stride : static_cast<cuuint64_t>(stride * 2);
   };
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(s.dim), static_cast<cuuint64_t>(s.seqlen),
                               static_cast<cuuint64_t>(s.heads), static_cast<cuuint64_t>(s.batch)};
@@ -193,6 +137,11 @@ PreparedKernel Runtime::prepare(const Spec& spec) {
   out.key = cache_key(canonical_kernel_string(spec), source.code, default_compile_flags(), nvrtc_version_string(),
                       kTargetArch, kGeneratorVersion);
   CacheLookup lookup = impl_->cache.get_or_compile(out.key, [&] { return compile_kernel(source); });
+  if (lookup.kernel->kernel_name != source.kernel_name)
+    throw Error(ErrorCode::kCacheError,
+                fmt::format("the cache entry for key {:.12} in {} holds kernel {}, not {}; it was not written by this "
+                            "fa3jit for this spec: run `fa3jit cache clear`",
+                            out.key, impl_->cache.directory(), lookup.kernel->kernel_name, source.kernel_name));
   out.cache_hit = lookup.hit;
   out.ms = lookup.ms;
   out.compiled = lookup.kernel;
@@ -213,6 +162,10 @@ void Runtime::forward(const ForwardArgs& args, void* stream) {
   if (args.head_dim != 64 && args.head_dim != 128 && args.head_dim != 256)
     bad_argument(fmt::format("argument head_dim = {} is not supported; supported head dims are 64, 128, 256",
                              args.head_dim));
+  if (args.dtype == DType::kE4m3) throw Error(ErrorCode::kUnsupported, "argument dtype = e4m3 is not yet supported");
+  if (args.head_dim_v != 0 && args.head_dim_v != args.head_dim)
+    bad_argument(fmt::format("argument head_dim_v = {} is not supported; head_dim_v must equal head_dim ({}) in this "
+                             "release", args.head_dim_v, args.head_dim));
   // With one query row the bottom-right causal mask hides no key (row 0 sees j <= seqlen_k - 1), so a
   // decode step runs the non-causal kernel and gives exactly the non-causal result (FA3 does the same).
   ForwardArgs a = args;
@@ -222,53 +175,13 @@ void Runtime::forward(const ForwardArgs& args, void* stream) {
 }
 
 void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
-  // ---- arguments, before anything touches the GPU ----
-  if (a.dtype == DType::kE4m3) throw Error(ErrorCode::kUnsupported, "argument dtype = e4m3 is not yet supported");
-  if (a.dtype != spec.dtype)
-    bad_argument(fmt::format("argument dtype = {} does not match the kernel spec's dtype {}", dtype_name(a.dtype),
-                             dtype_name(spec.dtype)));
-  const int64_t head_dim_v = a.head_dim_v == 0 ? a.head_dim : a.head_dim_v;
-  if (a.head_dim != spec.head_dim || head_dim_v != spec.head_dim_v)
-    bad_argument(fmt::format("arguments head_dim = {}, head_dim_v = {} do not match the kernel spec ({}, {}); "
-                             "supported head dims are 64, 128, 256",
-                             a.head_dim, head_dim_v, spec.head_dim, spec.head_dim_v));
-  if (a.causal != spec.causal)
-    bad_argument(fmt::format("argument causal = {} does not match the kernel spec", a.causal));
-  const int64_t batch = positive(a.batch, "batch");
-  const int64_t seqlen_q = positive(a.seqlen_q, "seqlen_q");
-  const int64_t seqlen_k = positive(a.seqlen_k, "seqlen_k");
-  const int64_t num_heads = positive(a.num_heads, "num_heads");
-  const int64_t num_heads_kv = positive(a.num_heads_kv, "num_heads_kv");
-  if (num_heads % num_heads_kv != 0)
-    bad_argument(fmt::format("argument num_heads = {} is not a multiple of num_heads_kv = {}", num_heads,
-                             num_heads_kv));
-  const float scale = a.softmax_scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(a.head_dim)) : a.softmax_scale;
-  if (!std::isfinite(scale)) bad_argument(fmt::format("argument softmax_scale = {} is not finite", a.softmax_scale));
-  if (a.lse != nullptr && reinterpret_cast<uintptr_t>(a.lse) % 4 != 0)
-    bad_argument("argument lse is not 4-byte aligned (float32 expected)");
-
+  const ValidatedArgs v = validate_forward_args(spec, a, stream);
   const Driver& d = driver();
-  int device = -1;
-  if (a.q.data == nullptr) bad_argument("argument q.data is null");
-  if (d.cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                              reinterpret_cast<CUdeviceptr>(a.q.data)) != CUDA_SUCCESS)
-    bad_argument(fmt::format("argument q.data = {} is not a CUDA device pointer", a.q.data));
-  ensure_context(device);
-  const int elem = dtype_size(a.dtype);
-  const TensorShape q_shape{"q", batch, seqlen_q, num_heads, a.head_dim};
-  const TensorShape k_shape{"k", batch, seqlen_k, num_heads_kv, a.head_dim};
-  const TensorShape v_shape{"v", batch, seqlen_k, num_heads_kv, head_dim_v};
-  const TensorShape o_shape{"out", batch, seqlen_q, num_heads, head_dim_v};
-  check_tensor(a.q, q_shape, elem, device);
-  check_tensor(a.k, k_shape, elem, device);
-  check_tensor(a.v, v_shape, elem, device);
-  check_tensor(a.out, o_shape, elem, device);
-  if (a.lse != nullptr) {
-    int lse_device = -1;
-    if (d.cuPointerGetAttribute(&lse_device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                reinterpret_cast<CUdeviceptr>(a.lse)) != CUDA_SUCCESS || lse_device != device)
-      bad_argument("argument lse is not a device pointer on q's device");
-  }
+  const int64_t batch = v.batch, seqlen_q = v.seqlen_q, seqlen_k = v.seqlen_k;
+  const int64_t num_heads = v.num_heads, num_heads_kv = v.num_heads_kv, head_dim_v = v.head_dim_v;
+  const int elem = v.elem_bytes;
+  const float scale = v.softmax_scale;
+  const TensorShape &q_shape = v.q, &k_shape = v.k, &v_shape = v.v, &o_shape = v.out;
 
   // ---- kernel, tensor maps, launch ----
   std::shared_ptr<LoadedKernel> kernel = impl_->load(*this, spec);
@@ -284,7 +197,9 @@ void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
   // extra block's rows lie past seqlen_q: TMA zero-fills its Q and drops its O).
   const int64_t num_m_blocks = (seqlen_q + spec.block_m - 1) / spec.block_m;
   const int64_t launch_m_blocks = (num_m_blocks + spec.cluster_m - 1) / spec.cluster_m * spec.cluster_m;
-  if (launch_m_blocks * num_heads * batch > 0x7fffffff)
+  int64_t num_tiles = 0;
+  if (__builtin_mul_overflow(launch_m_blocks, num_heads * batch, &num_tiles) || num_heads * batch > 0x7fffffff ||
+      num_tiles > 0x7fffffff)
     bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} make more than 2^31 tiles", batch,
                              num_heads, seqlen_q));
   // Causal tile order (templates/scheduler.cuh): as many (head, batch) pairs per section as keep their K and
@@ -303,7 +218,7 @@ void Runtime::forward(const Spec& spec, const ForwardArgs& a, void* stream) {
   CUcontext ctx = nullptr;
   check_cu(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
   CUlaunchConfig launch{};
-  launch.gridDimX = static_cast<unsigned>(launch_m_blocks * num_heads * batch);
+  launch.gridDimX = static_cast<unsigned>(num_tiles);
   launch.gridDimY = 1;
   launch.gridDimZ = 1;
   launch.blockDimX = static_cast<unsigned>(cfg.num_threads);

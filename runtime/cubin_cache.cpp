@@ -39,7 +39,7 @@ namespace fa3jit {
 namespace {
 
 constexpr std::string_view kEntryMagic = "FA3JITC1";
-constexpr uint32_t kEntryFormatVersion = 1;
+constexpr uint32_t kEntryFormatVersion = 2;  // 2: the checksum covers the key too
 constexpr std::string_view kEntrySuffix = ".cubin-entry";
 constexpr std::string_view kTempPrefix = ".tmp-";
 constexpr size_t kKeyHexChars = 64;
@@ -121,7 +121,7 @@ std::string encode_entry(const std::string& key, const CompiledKernel& k) {
   std::string out(kEntryMagic);
   put_u32(out, kEntryFormatVersion);
   put_str(out, key);
-  out += sha256_raw(payload);
+  out += sha256_raw(key + payload);  // the key is covered: a relabelled entry fails the check
   put_u64(out, payload.size());
   out += payload;
   return out;
@@ -156,7 +156,7 @@ std::optional<CompiledKernel> decode_entry(std::string_view bytes, const std::st
     return reject(fmt::format("payload is {} bytes, the header says {}", remaining, payload_len));
   }
   const std::string_view payload = r.bytes(payload_len);
-  if (sha256_raw(payload) != checksum) return reject("payload checksum mismatch");
+  if (sha256_raw(std::string(stored_key) + std::string(payload)) != checksum) return reject("checksum mismatch");
 
   Reader p{payload};
   CompiledKernel k;
@@ -183,7 +183,8 @@ bool is_valid_key(std::string_view key) {
 
 // Reads the whole file. Missing file: false with `why` empty (a plain miss). Other failures: false and `why`.
 bool read_whole_file(const std::string& path, std::string* out, std::string* why) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK and O_NOFOLLOW: a FIFO or a symlink planted at an entry's name must not block or redirect us.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) {
     if (errno != ENOENT) *why = fmt::format("cannot open: {}", errno_text(errno));
     return false;
@@ -191,6 +192,10 @@ bool read_whole_file(const std::string& path, std::string* out, std::string* why
   struct stat st {};
   bool ok = ::fstat(fd, &st) == 0;
   if (!ok) *why = fmt::format("cannot stat: {}", errno_text(errno));
+  if (ok && !S_ISREG(st.st_mode)) {
+    *why = "not a regular file";
+    ok = false;
+  }
   if (ok && static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
     *why = fmt::format("file is {} bytes, more than any entry", st.st_size);
     ok = false;
@@ -359,6 +364,18 @@ CubinCache::CubinCache(std::string dir) : dir_(dir.empty() ? default_cache_dir()
   }
   std::string why;
   bool writable = make_dirs(dir_, &why);
+  // The cache holds code that runs in this process's GPU context: only a directory that nobody else can
+  // write to is trusted for reading and writing.
+  struct stat st {};
+  if (writable && ::stat(dir_.c_str(), &st) == 0 &&
+      (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
+    log(LogLevel::kWarn,
+        fmt::format("cache directory {} is owned by another user or writable by others (mode {:o}); kernels are "
+                    "cached in memory only",
+                    dir_, st.st_mode & 07777));
+    dir_.clear();  // neither read nor written
+    return;
+  }
   if (writable) {
     // Creating a file is the only reliable test: access(W_OK) ignores read-only mounts on some filesystems.
     const std::string probe = fmt::format("{}/{}probe-{}-{}", dir_, kTempPrefix, ::getpid(), random_hex());

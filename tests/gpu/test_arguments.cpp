@@ -58,6 +58,28 @@ TEST_CASE("B4: bad pointers, strides and shapes are rejected with the argument's
   a.seqlen_q = 0;
   expect_error(a, ErrorCode::kInvalidArgument, "seqlen_q");
 
+  a = p.args();
+  a.out = a.k;  // the kernel would write K while other CTAs read it
+  a.seqlen_k = s.seqlen_q;
+  expect_error(a, ErrorCode::kInvalidArgument, "argument out");
+
+  a = p.args();
+  a.out.stride_seq = 64;  // rows of 128 columns overlapping by half
+  expect_error(a, ErrorCode::kInvalidArgument, "overlap");
+
+  a = p.args();
+  a.softmax_scale = -0.125f;
+  expect_error(a, ErrorCode::kInvalidArgument, "softmax_scale");
+
+  cli::DeviceBuffer tiny_lse(64);
+  a = p.args();
+  a.lse = static_cast<float*>(tiny_lse.get());
+  expect_error(a, ErrorCode::kInvalidArgument, "lse");
+
+  a = p.args();
+  a.head_dim_v = 64;
+  expect_error(a, ErrorCode::kInvalidArgument, "head_dim_v");
+
   // After all the rejected calls the runtime and the context still work.
   p.run();
   CHECK(p.check().passed);
@@ -70,4 +92,20 @@ TEST_CASE("B5: an unsupported head_dim lists the supported ones", "[gpu][argumen
   ForwardArgs a = p.args();
   a.head_dim = a.head_dim_v = 80;
   expect_error(a, ErrorCode::kInvalidArgument, "64, 128, 256");
+}
+
+TEST_CASE("a size-1 seqlen dimension may carry any stride (decode step from a DLPack producer)", "[gpu][arguments]") {
+  if (!have_gpu()) return;
+  ProblemShape s{DType::kBf16, 3, 1, 300, 8, 2, 128, false};
+  GpuProblem p(s, 4);
+  p.run();
+  const auto expected = p.out.data;
+  ForwardArgs a = p.args();
+  a.q.stride_seq = 1;
+  a.out.stride_seq = 3;
+  p.d_out.fill_bytes(0xFF);
+  runtime().forward(a, nullptr);
+  check_cu(driver().cuCtxSynchronize(nullptr), "cuCtxSynchronize");
+  p.d_out.download(p.out.data.data(), p.out.size_bytes());
+  CHECK(p.out.data == expected);
 }
