@@ -81,7 +81,11 @@ KernelConfig make_kernel_config(const Spec& spec) {
   positive_at_most("head_dim_v", spec.head_dim_v, 1024);
   positive_at_most("tile.block_m", spec.block_m, 1024);
   positive_at_most("tile.block_n", spec.block_n, 1024);
-  positive_at_most("stages", spec.stages, 16);
+  // parse_spec allows 2..4; the barrier area (256 bytes) and the kernel's static checks assume it too.
+  if (spec.stages < 2 || spec.stages > 4) {
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec field \"stages\": {} is not allowed; expected an integer in [2, 4]", spec.stages));
+  }
   // parse_spec enforces these too; a Spec built in code reaches the generator only through here, and the
   // kernel's layouts assume them (64-row wgmma tiles per warpgroup, k16 steps over block_n, TMA box <= 256).
   if (spec.block_m != 64 * spec.consumer_warpgroups) {
