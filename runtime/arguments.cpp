@@ -55,8 +55,8 @@ ByteRange check_allocation(const void* ptr, uint64_t bytes, int device, const st
   if (d.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) == CUDA_SUCCESS &&
       d.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr) == CUDA_SUCCESS) {
     if (bytes > start + size - addr)
-      bad_argument(fmt::format("argument {}: {} needs {} bytes but only {} remain in its allocation", name, shape,
-                               bytes, start + size - addr));
+      bad_argument(fmt::format("argument {}: {} needs {} bytes, {} bytes past its allocation", name, shape, bytes,
+                               bytes - (start + size - addr)));
   }
   return {addr, addr + bytes};
 }

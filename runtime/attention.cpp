@@ -164,8 +164,9 @@ void Runtime::forward(const ForwardArgs& args, void* stream) {
                              args.head_dim));
   if (args.dtype == DType::kE4m3) throw Error(ErrorCode::kUnsupported, "argument dtype = e4m3 is not yet supported");
   if (args.head_dim_v != 0 && args.head_dim_v != args.head_dim)
-    bad_argument(fmt::format("argument head_dim_v = {} is not supported; head_dim_v must equal head_dim ({}) in this "
-                             "release", args.head_dim_v, args.head_dim));
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("argument head_dim_v = {} is not supported; head_dim_v must equal head_dim ({}) in this "
+                            "release", args.head_dim_v, args.head_dim));
   // With one query row the bottom-right causal mask hides no key (row 0 sees j <= seqlen_k - 1), so a
   // decode step runs the non-causal kernel and gives exactly the non-causal result (FA3 does the same).
   ForwardArgs a = args;
