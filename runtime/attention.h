@@ -64,10 +64,15 @@ class Runtime {
   /// Generates and compiles (or fetches from the cache) the kernel for `spec`. Needs no GPU.
   PreparedKernel prepare(const Spec& spec);
 
-  /// Validates `args` against `spec`, then launches on `stream` (a CUstream; null = legacy default stream).
-  /// Throws Error(kInvalidArgument) naming the argument for a bad pointer, stride, alignment, shape or
-  /// head count; Error(kNoDriver) without a driver; Error(kDriverError) when a driver call fails
-  /// (including the launch itself). Asynchronous: the kernel may still run when this returns.
+  /// Validates `args` against `spec` (runtime/arguments.h lists every check), then launches on `stream` (a
+  /// CUstream of the current context; null = its default stream). The current context must be on q's
+  /// device; with no current context, that device's primary context is made current.
+  /// Throws Error(kInvalidArgument) naming the argument for a bad pointer, stride, alignment, shape, head
+  /// count, softmax_scale, an extent past its allocation, an overlapping out or lse, or a stream/context on
+  /// another device; Error(kUnsupported) for e4m3 or head_dim_v != head_dim; Error(kNoDriver) without a
+  /// driver; Error(kCompileFailed) / Error(kCacheError) when the kernel cannot be built or its cache entry
+  /// is foreign; Error(kDriverError) when a driver call fails (the launch included). Asynchronous: the
+  /// kernel may still run when this returns.
   void forward(const Spec& spec, const ForwardArgs& args, void* stream);
 
   /// Same, with the spec chosen from the tile table for (dtype, head_dim, causal).
