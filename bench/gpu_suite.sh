@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device call: GPU tests, tile sweeps, and the one-process benchmark beside cuDNN/FA2.
+# Everything that needs the GPU in one go: the main job, GPU tests, pytest, compute-sanitizer, tile sweeps and
+# the one-process benchmark beside cuDNN/FA2. Prints a short summary per stage; full logs go to OUT_DIR.
 # Usage (on the GPU machine, from the repository root, with a build in ./build):
-#   bench/device_session.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench]...   (default: all)
+#   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench]...   (default: all)
 set -uo pipefail
-out=${1:?usage: bench/device_session.sh OUT_DIR [tests|tune|bench]...}; shift
+out=${1:?usage: bench/gpu_suite.sh OUT_DIR [tests|tune|bench]...}; shift
 stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench)
 mkdir -p "$out"
 export FA3JIT_CACHE_DIR=${FA3JIT_CACHE_DIR:-/tmp/fa3jit-device-cache}
