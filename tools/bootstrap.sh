@@ -47,6 +47,8 @@ if [[ -z "${FA3JIT_CACHE_DIR:-}" ]]; then
 fi
 export FA3JIT_CACHE_DIR
 "$build/fa3jit_tests"
+# Launch-argument validation against the fake CUDA driver (tests/fake_driver), found before any real one.
+LD_LIBRARY_PATH="$build/fake_driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$build/tests/fake_driver/fa3jit_fake_driver_tests"
 FA3JIT_LIBRARY="$build/libfa3jit.so" $python -m pytest -q -p no:cacheprovider "$root/tests/python"
 bash "$root/tests/install_consumer/run.sh" "$build"
 echo "all test stages passed"

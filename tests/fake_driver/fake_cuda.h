@@ -1,0 +1,31 @@
+// What the fake CUDA driver (fake_cuda.cpp, built as libcuda.so.1) records, shared with the tests that read it.
+//
+// The fake lets the launch path of fa3jit::Runtime::forward run on a machine without a GPU: validation,
+// tensor-map encoding and the launch configuration are real, only the driver is replaced. Tests reach these
+// functions with dlsym on the already-loaded "libcuda.so.1" (the runtime dlopens it; nothing links it).
+#pragma once
+
+#include <cstdint>
+
+extern "C" {
+
+/// The last cuLaunchKernelEx call. Dimensions as passed; `cluster_x` is 1 without a cluster attribute.
+struct FakeCudaLaunch {
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned shared_mem_bytes;
+  unsigned cluster_x;
+  char kernel_name[256];          // the name the function's kernel was fetched by (cuLibraryGetKernel)
+  unsigned char params[48];       // copy of kernel argument 4, the FwdParams struct (runtime/attention.cpp)
+  uint64_t tensor_map_dims[4][4];  // the 4 most recent cuTensorMapEncodeTiled calls before the launch (q, k, v, out)
+  uint64_t tensor_map_strides[4][3];  // bytes
+  uint32_t tensor_map_box[4][4];
+};
+
+/// A copy of the last launch; returns the number of launches so far (0: `out` untouched).
+int fake_cuda_last_launch(FakeCudaLaunch* out);
+
+/// Fake device address of a new allocation of `bytes` on device 0 (same as cuMemAlloc), 0 on failure.
+uint64_t fake_cuda_alloc(uint64_t bytes);
+
+}  // extern "C"

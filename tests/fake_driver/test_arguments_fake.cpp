@@ -1,0 +1,319 @@
+// Launch-argument validation of Runtime::forward (runtime/arguments.cpp) and the launch it produces, run
+// against the fake CUDA driver (fake_cuda.cpp) so that it needs no GPU. Kernels are compiled for real with
+// NVRTC (into a temporary cache); only the driver is fake. Bad calls must throw the documented ErrorCode with
+// a message naming the argument and must not launch; good calls are checked against what reached the fake
+// cuLaunchKernelEx (grid, block, shared memory, cluster, FwdParams) and cuTensorMapEncodeTiled.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "fake_cuda.h"
+#include "generator/emit.h"
+#include "generator/error.h"
+#include "generator/tile_table.h"
+#include "runtime/attention.h"
+#include "runtime/driver.h"
+
+using namespace fa3jit;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Mirrors FwdParams in runtime/attention.cpp (and templates' FwdParams) byte for byte.
+struct FwdParams {
+  int seqlen_q, seqlen_k, num_heads, head_group, batch, num_m_blocks, section_heads, reserved;
+  float softmax_scale, scale_log2;
+  float* lse;
+};
+static_assert(sizeof(FwdParams) == 48);
+
+// The fake's recorder, found in the libcuda.so.1 the runtime loaded; fails loudly on a real driver.
+int (*fake_last_launch)(FakeCudaLaunch*) = nullptr;
+
+void require_fake_driver() {
+  if (fake_last_launch != nullptr) return;
+  (void)driver();  // loads libcuda.so.1 (throws kNoDriver when LD_LIBRARY_PATH misses the fake's directory)
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(handle != nullptr);
+  fake_last_launch = reinterpret_cast<int (*)(FakeCudaLaunch*)>(dlsym(handle, "fake_cuda_last_launch"));
+  INFO("the loaded libcuda.so.1 is not the fake driver; run with LD_LIBRARY_PATH=<build>/fake_driver");
+  REQUIRE(fake_last_launch != nullptr);
+}
+
+int launch_count() {
+  require_fake_driver();
+  return fake_last_launch(nullptr);
+}
+
+FakeCudaLaunch last_launch() {
+  FakeCudaLaunch r{};
+  REQUIRE(fake_last_launch(&r) > 0);
+  return r;
+}
+
+FwdParams params_of(const FakeCudaLaunch& r) {
+  FwdParams p;
+  std::memcpy(&p, r.params, sizeof(p));
+  return p;
+}
+
+// One cache directory for the whole run (kernels compile once, not once per test case), removed at exit.
+struct CacheDir {
+  std::string path;
+  CacheDir() {
+    char tmpl[] = "/tmp/fa3jit-fake-driver-test.XXXXXX";
+    if (::mkdtemp(tmpl) != nullptr) path = tmpl;
+  }
+  ~CacheDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+Runtime& runtime() {
+  static CacheDir dir;
+  REQUIRE(!dir.path.empty());
+  static Runtime rt(RuntimeOptions{dir.path});
+  require_fake_driver();
+  return rt;
+}
+
+void* device_alloc(uint64_t bytes) {
+  require_fake_driver();
+  CUdeviceptr p = 0;
+  REQUIRE(driver().cuMemAlloc(&p, bytes) == CUDA_SUCCESS);
+  return reinterpret_cast<void*>(p);
+}
+
+// A contiguous (batch, seqlen, heads, dim) bf16 tensor in its own allocation.
+TensorView contiguous(int64_t batch, int64_t seqlen, int64_t heads, int64_t dim) {
+  return {device_alloc(static_cast<uint64_t>(batch * seqlen * heads * dim * 2)), seqlen * heads * dim, heads * dim,
+          dim};
+}
+
+ForwardArgs problem(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads, int64_t heads_kv,
+                    int64_t head_dim, bool causal = false) {
+  ForwardArgs a;
+  a.dtype = DType::kBf16;
+  a.batch = batch, a.seqlen_q = seqlen_q, a.seqlen_k = seqlen_k, a.num_heads = heads, a.num_heads_kv = heads_kv;
+  a.head_dim = head_dim;
+  a.causal = causal;
+  a.q = contiguous(batch, seqlen_q, heads, head_dim);
+  a.k = contiguous(batch, seqlen_k, heads_kv, head_dim);
+  a.v = contiguous(batch, seqlen_k, heads_kv, head_dim);
+  a.out = contiguous(batch, seqlen_q, heads, head_dim);
+  return a;
+}
+
+void expect_rejected(const ForwardArgs& a, ErrorCode code, const std::string& fragment) {
+  Runtime& rt = runtime();
+  const int before = launch_count();
+  try {
+    rt.forward(a, nullptr);
+    FAIL("forward accepted the arguments; expected an error containing \"" << fragment << "\"");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(static_cast<int>(e.code()) == static_cast<int>(code));
+    CHECK_THAT(std::string(e.what()), Contains(fragment));
+  }
+  CHECK(launch_count() == before);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+TEST_CASE("misaligned, badly strided, null and host pointers are rejected by name", "[fake_driver][arguments]") {
+  ForwardArgs a = problem(1, 64, 64, 2, 2, 128);
+  SECTION("q 2 bytes past a 16-byte boundary") {
+    a.q.data = static_cast<char*>(a.q.data) + 2;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument q.data");
+    expect_rejected(a, ErrorCode::kInvalidArgument, "16-byte aligned");
+  }
+  SECTION("k stride_seq of 260 elements (520 bytes)") {
+    a.k.stride_seq = 260;
+    a.k.stride_batch = 64 * 260;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument k.stride_seq = 260 elements (520 bytes)");
+  }
+  SECTION("null v") {
+    a.v.data = nullptr;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument v.data is null");
+  }
+  SECTION("out in host memory") {
+    alignas(16) static unsigned char host[64 * 2 * 128 * 2];
+    a.out.data = host;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument out.data");
+    expect_rejected(a, ErrorCode::kInvalidArgument, "is not a CUDA device pointer");
+  }
+}
+
+TEST_CASE("extents past an allocation are rejected with the overrun", "[fake_driver][arguments]") {
+  ForwardArgs a = problem(1, 64, 64, 2, 2, 128);
+  SECTION("seqlen_k one row past k's allocation") {
+    a.seqlen_k = 65;
+    a.v = contiguous(1, 65, 2, 128);  // v is large enough: only k overruns
+    // k needs 65 * 2 * 128 * 2 bytes, its allocation holds 64 rows: one row of 512 bytes too many.
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument k.data");
+    expect_rejected(a, ErrorCode::kInvalidArgument, "512 bytes past its allocation");
+  }
+  SECTION("lse one float too small") {
+    a.lse = static_cast<float*>(device_alloc(1 * 2 * 64 * 4 - 4));
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument lse");
+    expect_rejected(a, ErrorCode::kInvalidArgument, "4 bytes past its allocation");
+  }
+}
+
+TEST_CASE("an output that aliases k or overlaps itself is rejected", "[fake_driver][arguments]") {
+  ForwardArgs a = problem(1, 64, 64, 2, 2, 128);
+  SECTION("out is k") {
+    a.out = a.k;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument out overlaps q, k or v");
+  }
+  SECTION("out.stride_seq 64 < head_dim 128") {
+    a.num_heads = a.num_heads_kv = 1;
+    a.out.stride_seq = 64;
+    a.out.stride_batch = 64 * 64;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "the output must not overlap itself");
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument out: strides (batch 4096, seq 64, head 128)");
+  }
+}
+
+TEST_CASE("bad scalars, head dims, head counts and dtypes are rejected", "[fake_driver][arguments]") {
+  ForwardArgs a = problem(1, 64, 64, 2, 2, 128);
+  SECTION("negative softmax_scale") {
+    a.softmax_scale = -0.125f;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument softmax_scale = -0.125");
+  }
+  SECTION("head_dim 80") {
+    a.head_dim = 80;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument head_dim = 80");
+    expect_rejected(a, ErrorCode::kInvalidArgument, "64, 128, 256");
+  }
+  SECTION("num_heads 6 with num_heads_kv 4") {
+    ForwardArgs b = problem(1, 64, 64, 6, 4, 128);
+    expect_rejected(b, ErrorCode::kInvalidArgument, "argument num_heads = 6 is not a multiple of num_heads_kv = 4");
+  }
+  SECTION("head_dim_v 64 with head_dim 128 is unsupported") {
+    a.head_dim_v = 64;
+    expect_rejected(a, ErrorCode::kUnsupported, "argument head_dim_v = 64");
+  }
+  SECTION("e4m3 is unsupported") {
+    a.dtype = DType::kE4m3;
+    expect_rejected(a, ErrorCode::kUnsupported, "argument dtype = e4m3");
+  }
+}
+
+TEST_CASE("a valid call launches the default spec with its geometry and parameters", "[fake_driver][launch]") {
+  // GQA 8:2, seqlen_q not a multiple of block_m, seqlen_k not a multiple of block_n, with lse.
+  ForwardArgs a = problem(2, 300, 257, 8, 2, 128);
+  a.lse = static_cast<float*>(device_alloc(2 * 8 * 300 * 4));
+  const Spec spec = default_spec_for(DType::kBf16, 128, 0, false);
+  const KernelConfig cfg = make_kernel_config(spec);
+  REQUIRE(spec.cluster_m == 1);
+  const int before = launch_count();
+  runtime().forward(a, nullptr);
+  REQUIRE(launch_count() == before + 1);
+  const FakeCudaLaunch r = last_launch();
+
+  CHECK(std::string(r.kernel_name) == kernel_name(spec));
+  CHECK(r.grid[0] == ceil_div(300, spec.block_m) * 8 * 2);
+  CHECK(r.grid[1] == 1);
+  CHECK(r.grid[2] == 1);
+  CHECK(r.block[0] == 128u * static_cast<unsigned>(spec.consumer_warpgroups + 1));
+  CHECK(r.block[1] == 1);
+  CHECK(r.shared_mem_bytes == static_cast<unsigned>(cfg.smem_bytes));
+  CHECK(r.cluster_x == 1);
+
+  const FwdParams p = params_of(r);
+  CHECK(p.seqlen_q == 300);
+  CHECK(p.seqlen_k == 257);
+  CHECK(p.num_heads == 8);
+  CHECK(p.head_group == 4);
+  CHECK(p.batch == 2);
+  CHECK(p.num_m_blocks == ceil_div(300, spec.block_m));
+  CHECK(p.section_heads >= 1);
+  CHECK(p.section_heads <= 16);
+  CHECK(p.softmax_scale == Approx(1.0 / std::sqrt(128.0)).epsilon(1e-6));
+  CHECK(p.scale_log2 == Approx(std::log2(std::exp(1.0)) / std::sqrt(128.0)).epsilon(1e-6));
+  CHECK(p.lse == a.lse);
+
+  // Tensor maps in order q, k, v, out: {dim, seqlen, heads, batch}, byte strides of seq, head, batch.
+  CHECK(r.tensor_map_dims[0][0] == 128);
+  CHECK(r.tensor_map_dims[0][1] == 300);
+  CHECK(r.tensor_map_dims[0][2] == 8);
+  CHECK(r.tensor_map_dims[0][3] == 2);
+  CHECK(r.tensor_map_strides[0][0] == 8 * 128 * 2);
+  CHECK(r.tensor_map_strides[0][1] == 128 * 2);
+  CHECK(r.tensor_map_strides[0][2] == 300 * 8 * 128 * 2);
+  CHECK(r.tensor_map_box[0][1] == static_cast<uint32_t>(spec.block_m));
+  CHECK(r.tensor_map_dims[1][1] == 257);
+  CHECK(r.tensor_map_dims[1][2] == 2);
+  CHECK(r.tensor_map_box[1][1] == static_cast<uint32_t>(spec.block_n));
+  CHECK(r.tensor_map_dims[3][1] == 300);
+}
+
+TEST_CASE("an explicit softmax_scale reaches the kernel", "[fake_driver][launch]") {
+  ForwardArgs a = problem(1, 64, 64, 2, 2, 128);
+  a.softmax_scale = 0.5f;
+  runtime().forward(a, nullptr);
+  const FwdParams p = params_of(last_launch());
+  CHECK(p.softmax_scale == 0.5f);
+  CHECK(p.scale_log2 == Approx(0.5 * std::log2(std::exp(1.0))).epsilon(1e-6));
+  CHECK(p.lse == nullptr);
+}
+
+TEST_CASE("a causal decode step runs the non-causal kernel", "[fake_driver][launch]") {
+  ForwardArgs a = problem(3, 1, 500, 4, 4, 128, /*causal=*/true);
+  const int before = launch_count();
+  runtime().forward(a, nullptr);
+  REQUIRE(launch_count() == before + 1);
+  const FakeCudaLaunch r = last_launch();
+  CHECK(std::string(r.kernel_name) == kernel_name(default_spec_for(DType::kBf16, 128, 0, false)));
+  CHECK(std::string(r.kernel_name) != kernel_name(default_spec_for(DType::kBf16, 128, 0, true)));
+  CHECK(r.grid[0] == 1 * 4 * 3);
+  CHECK(params_of(r).seqlen_q == 1);
+  CHECK(params_of(r).seqlen_k == 500);
+}
+
+TEST_CASE("a size-1 seqlen dimension accepts stride_seq 1", "[fake_driver][launch]") {
+  ForwardArgs a = problem(2, 1, 128, 4, 4, 128);
+  a.q.stride_seq = 1;  // DLPack producers give 1 (or 0) for a dimension of size 1
+  a.out.stride_seq = 1;
+  const int before = launch_count();
+  runtime().forward(a, nullptr);
+  REQUIRE(launch_count() == before + 1);
+  const FakeCudaLaunch r = last_launch();
+  CHECK(r.grid[0] == 1 * 4 * 2);
+  // The unused seq stride handed to TMA is one row rounded up to 16 bytes, not 1 element.
+  CHECK(r.tensor_map_strides[0][0] == 128 * 2);
+  CHECK(r.tensor_map_strides[3][0] == 128 * 2);
+}
+
+TEST_CASE("cluster_m 2 launches 2-CTA clusters over an even number of row blocks", "[fake_driver][launch]") {
+  const Spec spec = parse_spec(std::string(R"({"dtype": "bf16", "head_dim": 128, "cluster_m": 2})"));
+  REQUIRE(spec.cluster_m == 2);
+  const KernelConfig cfg = make_kernel_config(spec);
+  const int64_t seqlen_q = 3 * spec.block_m - 5;  // 3 row blocks: odd, rounded up to 4 per head
+  ForwardArgs a = problem(2, seqlen_q, 400, 4, 4, 128);
+  const int before = launch_count();
+  runtime().forward(spec, a, nullptr);
+  REQUIRE(launch_count() == before + 1);
+  const FakeCudaLaunch r = last_launch();
+  CHECK(std::string(r.kernel_name) == kernel_name(spec));
+  CHECK(r.cluster_x == 2);
+  CHECK(r.grid[0] == 4 * 4 * 2);
+  CHECK(r.grid[0] % 2 == 0);
+  CHECK(r.block[0] == static_cast<unsigned>(cfg.num_threads));
+  CHECK(r.shared_mem_bytes == static_cast<unsigned>(cfg.smem_bytes));
+  CHECK(params_of(r).num_m_blocks == 4);
+  // Each CTA of the pair loads half of every K/V block and multicasts it.
+  CHECK(r.tensor_map_box[1][1] == static_cast<uint32_t>(spec.block_n / 2));
+  CHECK(r.tensor_map_box[2][1] == static_cast<uint32_t>(spec.block_n / 2));
+}
