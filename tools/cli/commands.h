@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/attention.h"
 
@@ -47,7 +48,15 @@ int cmd_compile(const GlobalOptions& global, const CompileOptions& options);
 int cmd_run(const GlobalOptions& global, const RunOptions& options);
 int cmd_bench(const GlobalOptions& global, const RunOptions& options);
 int cmd_tune(const GlobalOptions& global, const TuneOptions& options);
+struct WarmOptions {
+  std::vector<std::string> paths;  // spec files, or directories whose *.json files are specs
+  int jobs = 0;                    // parallel compiles; 0 = hardware threads
+};
+
 int cmd_cache_list(const GlobalOptions& global);
+/// Compiles every spec into the cache ahead of time (no GPU needed), `jobs` at a time, so a serving
+/// process never pays a first-call compile for them. Exit 0 when all compiled, 2 when any failed.
+int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options);
 int cmd_cache_clear(const GlobalOptions& global);
 
 /// Prints the resource report of a prepared kernel (what `fa3jit compile` shows), one "key  value" per line.

@@ -101,6 +101,13 @@ int main(int argc, char** argv) {
   cache->require_subcommand(1);
   CLI::App* cache_list = cache->add_subcommand("list", "list cache entries");
   CLI::App* cache_clear = cache->add_subcommand("clear", "remove every cache entry");
+  WarmOptions warm_opts;
+  CLI::App* cache_warm =
+      cache->add_subcommand("warm", "compile specs into the cache ahead of time (SPEC.json files or directories)");
+  cache_warm->add_option("paths", warm_opts.paths, "spec files, or directories of *.json specs")->required();
+  cache_warm->add_option("-j,--jobs", warm_opts.jobs, "parallel compiles (default: hardware threads)")
+      ->check(CLI::Range(0, 256));
+  add_cache_dir(cache_warm, global);
   add_cache_dir(cache, global);
   add_cache_dir(cache_list, global);
   add_cache_dir(cache_clear, global);
@@ -121,6 +128,7 @@ int main(int argc, char** argv) {
     if (*tune) return cmd_tune(global, tune_opts);
     if (*cache_list) return cmd_cache_list(global);
     if (*cache_clear) return cmd_cache_clear(global);
+    if (*cache_warm) return cmd_cache_warm(global, warm_opts);
     fmt::print(stderr, "fa3jit: error: no command given; see fa3jit --help\n");
     return 2;
   } catch (const fa3jit::Error& e) {
