@@ -24,25 +24,14 @@
 #include "generator/error.h"
 #include "runtime/cubin_cache.h"
 #include "runtime/log.h"
+#include "temp_dir.h"
 
 using namespace fa3jit;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/fa3jit-cache-test-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, ec);
-    fs::remove_all(path, ec);
-  }
-};
+using fa3jit::test::TempDir;
 
 CompiledKernel fake_kernel(const std::string& name, const std::string& tag) {
   CompiledKernel k;

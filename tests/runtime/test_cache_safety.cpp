@@ -13,24 +13,14 @@
 #include <sstream>
 
 #include "runtime/cubin_cache.h"
+#include "temp_dir.h"
 
 using namespace fa3jit;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    char tmpl[] = "/tmp/fa3jit-cache-safety-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using ScratchDir = fa3jit::test::TempDir;
 
 CompiledKernel kernel_named(const std::string& name) {
   CompiledKernel k;
