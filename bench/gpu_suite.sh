@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU in one go: the main job, GPU tests, pytest, compute-sanitizer, tile sweeps and
-# the one-process benchmark beside cuDNN/FA2. Prints a short summary per stage; full logs go to OUT_DIR.
+# Everything that needs the GPU in one go: the main job, GPU tests, pytest, compute-sanitizer, tile sweeps,
+# the one-process benchmark beside cuDNN/FA2 (and FA3 when its wheel is importable), the host cost per call,
+# and a before/after comparison of every config against another build. Prints a short summary per stage;
+# full logs go to OUT_DIR.
 # Usage (on the GPU machine, from the repository root, with a build in ./build):
-#   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench]...   (default: all)
+#   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench|host|compare]...   (default: all but compare)
+# Environment: BEFORE_DIR (for compare: a directory holding an older `fa3jit` CLI and its libfa3jit.so),
+# FA3_SITE (a directory on which `import fa3_fwd_interface` works, for FA3 as a peer).
 set -uo pipefail
 out=${1:?usage: bench/gpu_suite.sh OUT_DIR [tests|tune|bench]...}; shift
-stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench)
+stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench host)
 mkdir -p "$out"
 export FA3JIT_CACHE_DIR=${FA3JIT_CACHE_DIR:-/tmp/fa3jit-device-cache}
-export FA3JIT_LIBRARY=$PWD/build/libfa3jit.so PYTHONPATH=$PWD/tools/python${PYTHONPATH:+:$PYTHONPATH}
+export FA3JIT_LIBRARY=$PWD/build/libfa3jit.so PYTHONPATH=$PWD/tools/python${FA3_SITE:+:$FA3_SITE}${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 for stage in "${stages[@]}"; do
   case $stage in
@@ -21,8 +25,12 @@ for stage in "${stages[@]}"; do
       echo "pytest rc=$?: $(tail -1 "$out/pytest.log")" ;;
     sanitizer)
       printf '{"dtype":"bf16","head_dim":128,"causal":true,"problem":{"batch":2,"seqlen_q":239,"seqlen_k":1023,"num_heads":8,"num_heads_kv":2}}' > /tmp/fa3jit-small.json
-      timeout 300 compute-sanitizer --tool memcheck --print-limit 5 build/fa3jit run /tmp/fa3jit-small.json > "$out/memcheck.log" 2>&1
-      echo "memcheck rc=$?: $(grep -E '^check|ERROR SUMMARY' "$out/memcheck.log" | tr '\n' ' ')" ;;
+      for tool in memcheck racecheck synccheck; do
+        timeout 300 compute-sanitizer --tool $tool --print-limit 5 build/fa3jit run --iters 30 --warmup 0 /tmp/fa3jit-small.json > "$out/$tool.log" 2>&1
+        echo "$tool rc=$?: $(grep -E '^check|ERROR SUMMARY' "$out/$tool.log" | tr '\n' ' ')"
+      done
+      timeout 300 compute-sanitizer --tool memcheck --print-limit 5 build/fa3jit_tests "[gpu][combine]" > "$out/memcheck_combine.log" 2>&1
+      echo "memcheck combine rc=$?: $(grep -E 'ERROR SUMMARY|test cases' "$out/memcheck_combine.log" | tr '\n' ' ')" ;;
     tests)
       timeout 500 build/fa3jit_tests "[gpu]" > "$out/gpu_tests.log" 2>&1
       echo "gpu tests rc=$?: $(grep -E '^forward matrix' "$out/gpu_tests.log") | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
@@ -34,5 +42,28 @@ for stage in "${stages[@]}"; do
     bench)
       timeout 500 python3 bench/bench_fwd.py --out-dir "$out" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1
       echo "bench rc=$?"; grep -E "^\|" "$out/bench.log" | head -80 ;;
+    host)
+      timeout 120 build/fa3jit_host_cost --json "$out/host_cost_cpp.json" > "$out/host_cost_cpp.log" 2>&1
+      echo "host cost C++ rc=$?"; cat "$out/host_cost_cpp.log"
+      timeout 300 python3 bench/host_cost.py --json "$out/host_cost_py.json" > "$out/host_cost_py.log" 2>&1
+      echo "host cost Python rc=$?"; grep -E "^\||available" "$out/host_cost_py.log" ;;
+    compare)
+      # Every config timed by the older build and by this one, alternating (A B A B), in this one run.
+      before=${BEFORE_DIR:?compare needs BEFORE_DIR}
+      printf '| config | before TFLOPS | after TFLOPS | after / before |\n|---|---|---|---|\n' > "$out/compare.md"
+      for spec in configs/*.json; do
+        name=$(basename "$spec" .json); a=(); b=()
+        for round in 1 2; do
+          a+=("$(LD_LIBRARY_PATH=$before timeout 120 "$before/fa3jit" bench "$spec" --json 2>>"$out/compare.err" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tflops"])')")
+          b+=("$(timeout 120 build/fa3jit bench "$spec" --json 2>>"$out/compare.err" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tflops"])')")
+        done
+        python3 - "$name" "${a[@]}" "${b[@]}" >> "$out/compare.md" <<'PY'
+import sys
+name, a1, a2, b1, b2 = sys.argv[1:6]
+a = max(float(a1), float(a2)); b = max(float(b1), float(b2))
+print(f"| {name} | {a:.1f} | {b:.1f} | {b / a:.3f} |")
+PY
+      done
+      echo "== compare (best of 2 each)"; cat "$out/compare.md" ;;
   esac
 done

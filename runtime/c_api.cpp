@@ -1,9 +1,10 @@
-// fa3jit C ABI (runtime/include/fa3jit/fa3jit.h) over the C++ API (runtime/attention.h).
+// fa3jit C ABI (runtime/include/fa3jit/fa3jit.h) over the C++ API (runtime/runtime.h and the families'
+// launch.h).
 //
 // Every entry point runs its body inside `guarded`, which turns any exception into a status and a
 // thread-local message, so nothing escapes into C (an exception crossing extern "C" terminates the process).
-// Only what is C-specific is checked here (NULL handles, struct_size, enum ranges, NULL data pointers,
-// spec/params agreement); shapes, strides and alignment are checked by Runtime::forward.
+// Only what is C-specific is checked here (NULL and stale handles, struct_size, enum ranges, NULL data
+// pointers); shapes, strides, alignment and spec/argument agreement are checked by the family's launch path.
 #include "fa3jit/fa3jit.h"
 
 #include <cmath>
@@ -11,21 +12,38 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <memory>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
-#include "generator/error.h"
-#include "generator/spec.h"
-#include "runtime/attention.h"
+#include "core/error.h"
+#include "kernels/attention_fwd/emit.h"
+#include "kernels/attention_fwd/launch.h"
+#include "runtime/runtime.h"
 
 #ifndef FA3JIT_PROJECT_VERSION
 #error "FA3JIT_PROJECT_VERSION must be defined by the build (CMakeLists.txt, install section)"
 #endif
 
+// Handles carry a magic number that destroy overwrites: a handle destroyed twice or used after destroy is an
+// error where the memory still holds it (best effort; the memory may have been reused).
+constexpr uint64_t kRuntimeMagic = 0x66613367'72756e74ULL;  // "fa3grunt"
+constexpr uint64_t kKernelMagic = 0x66613367'6b65726eULL;   // "fa3gkern"
+constexpr uint64_t kDeadMagic = 0xdeadULL;
+
 struct fa3jit_runtime {
   explicit fa3jit_runtime(fa3jit::RuntimeOptions options) : runtime(std::move(options)) {}
+  uint64_t magic = kRuntimeMagic;
   fa3jit::Runtime runtime;
+};
+
+struct fa3jit_kernel {
+  uint64_t magic = kKernelMagic;
+  fa3jit::PreparedKernel prepared;
+  std::shared_ptr<const fa3jit::attention_fwd::Kernel> attention;  // set for attention_fwd kernels
 };
 
 namespace {
@@ -101,6 +119,18 @@ void check_struct_size(const T* value, const char* name, bool check_extra_bytes)
   }
 }
 
+void check_runtime(const fa3jit_runtime* runtime, const char* function) {
+  if (runtime == nullptr)
+    invalid(fmt::format("{}: runtime is NULL; create one with fa3jit_runtime_create", function));
+  if (runtime->magic != kRuntimeMagic)
+    invalid(fmt::format("{}: runtime is not a live fa3jit_runtime (destroyed, or not one)", function));
+}
+
+void check_kernel(const fa3jit_kernel* kernel, const char* function) {
+  if (kernel->magic != kKernelMagic)
+    invalid(fmt::format("{}: kernel is not a live fa3jit_kernel (destroyed, or not one)", function));
+}
+
 fa3jit::DType to_dtype(int value) {
   switch (value) {
     case FA3JIT_DTYPE_FP16: return fa3jit::DType::kFp16;
@@ -117,25 +147,6 @@ fa3jit::TensorView to_view(const fa3jit_tensor& t, const char* name) {
   return fa3jit::TensorView{t.data, t.stride_batch, t.stride_seq, t.stride_head};
 }
 
-// A forced spec must describe the same problem as the params; otherwise the kernel would read the tensors
-// with the wrong element size, head_dim or mask.
-void check_spec_agrees(const fa3jit::Spec& spec, const fa3jit::ForwardArgs& args) {
-  const int64_t head_dim_v = args.head_dim_v == 0 ? args.head_dim : args.head_dim_v;
-  if (spec.dtype != args.dtype) {
-    invalid(fmt::format("params.dtype is {} but spec_json has dtype {}", fa3jit::dtype_name(args.dtype),
-                        fa3jit::dtype_name(spec.dtype)));
-  }
-  if (spec.head_dim != args.head_dim) {
-    invalid(fmt::format("params.head_dim is {} but spec_json has head_dim {}", args.head_dim, spec.head_dim));
-  }
-  if (spec.head_dim_v != head_dim_v) {
-    invalid(fmt::format("params.head_dim_v is {} but spec_json has head_dim_v {}", head_dim_v, spec.head_dim_v));
-  }
-  if (spec.causal != args.causal) {
-    invalid(fmt::format("params.causal is {} but spec_json has causal {}", args.causal ? 1 : 0, spec.causal));
-  }
-}
-
 template <size_t N>
 void copy_string(char (&destination)[N], const std::string& source, const char* name) {
   if (source.size() >= N) {
@@ -143,6 +154,56 @@ void copy_string(char (&destination)[N], const std::string& source, const char* 
                 fmt::format("{} '{}' is {} characters; fa3jit_kernel_info holds {}", name, source, source.size(), N - 1));
   }
   std::memcpy(destination, source.c_str(), source.size() + 1);
+}
+
+fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& params) {
+  check_struct_size(&params, "fa3jit_forward_params", true);
+  if (params.causal != 0 && params.causal != 1) invalid(fmt::format("params.causal is {}; expected 0 or 1", params.causal));
+  if (!std::isfinite(params.softmax_scale))
+    invalid(fmt::format("params.softmax_scale is {}; expected a finite value (0 = 1/sqrt(head_dim))",
+                        params.softmax_scale));
+  fa3jit::attention_fwd::ForwardArgs args;
+  args.dtype = to_dtype(static_cast<int>(params.dtype));
+  args.batch = params.batch;
+  args.seqlen_q = params.seqlen_q;
+  args.seqlen_k = params.seqlen_k;
+  args.num_heads = params.num_heads;
+  args.num_heads_kv = params.num_heads_kv;
+  args.head_dim = params.head_dim;
+  args.head_dim_v = params.head_dim_v;
+  args.q = to_view(params.q, "q");
+  args.k = to_view(params.k, "k");
+  args.v = to_view(params.v, "v");
+  args.out = to_view(params.out, "out");
+  args.lse = params.lse;
+  args.softmax_scale = params.softmax_scale;
+  args.causal = params.causal != 0;
+  args.workspace = params.workspace;
+  args.workspace_bytes = params.workspace_bytes;
+  return args;
+}
+
+void fill_info(const fa3jit::PreparedKernel& prepared, fa3jit_kernel_info* out) {
+  fa3jit_kernel_info info;
+  std::memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  copy_string(info.key, prepared.key, "cache key");
+  copy_string(info.kernel_name, prepared.compiled ? prepared.compiled->kernel_name : std::string(), "kernel name");
+  copy_string(info.kind, prepared.request.kind, "kind");
+  std::string summary = prepared.request.summary.substr(0, sizeof(info.summary) - 1);
+  copy_string(info.summary, summary, "summary");
+  info.cache_hit = prepared.cache_hit ? 1 : 0;
+  info.ms = prepared.ms;
+  const fa3jit::ResourceReport report = prepared.compiled ? prepared.compiled->report : fa3jit::ResourceReport{};
+  info.registers = report.registers;
+  info.spill_store_bytes = report.spill_store_bytes;
+  info.spill_load_bytes = report.spill_load_bytes;
+  info.smem_bytes = prepared.request.launch.smem_bytes;
+  info.num_threads = prepared.request.launch.num_threads;
+  // Keep the caller's struct_size: a caller with a newer, larger struct keeps its trailing fields as they were.
+  const size_t caller_size = out->struct_size;
+  std::memcpy(out, &info, sizeof(info));
+  out->struct_size = caller_size;
 }
 
 }  // namespace
@@ -173,22 +234,34 @@ fa3jit_status fa3jit_runtime_create(const fa3jit_runtime_options* options, fa3ji
   });
 }
 
-void fa3jit_runtime_destroy(fa3jit_runtime* runtime) { delete runtime; }
+void fa3jit_runtime_destroy(fa3jit_runtime* runtime) {
+  if (runtime == nullptr || runtime->magic != kRuntimeMagic) return;
+  runtime->magic = kDeadMagic;
+  delete runtime;
+}
 
-fa3jit_status fa3jit_forward(fa3jit_runtime* runtime, const fa3jit_forward_params* params, void* cuda_stream) {
-  return guarded("fa3jit_forward", [&] {
-    if (runtime == nullptr) invalid("fa3jit_forward: runtime is NULL; create one with fa3jit_runtime_create");
-    if (params == nullptr) invalid("fa3jit_forward: params is NULL");
+fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
+                                       const fa3jit_forward_params* params, void* cuda_stream) {
+  return guarded("fa3jit_attention_forward", [&] {
+    check_runtime(runtime, "fa3jit_attention_forward");
+    if (params == nullptr) invalid("fa3jit_attention_forward: params is NULL");
+    const fa3jit::attention_fwd::ForwardArgs args = to_args(*params);
+    if (kernel == nullptr) return fa3jit::attention_fwd::forward(runtime->runtime, args, cuda_stream);
+    check_kernel(kernel, "fa3jit_attention_forward");
+    if (!kernel->attention)
+      invalid(fmt::format("fa3jit_attention_forward: kernel is of kind \"{}\", not \"attention_fwd\"",
+                          kernel->prepared.request.kind));
+    fa3jit::attention_fwd::forward(*kernel->attention, args, cuda_stream);
+  });
+}
+
+fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3jit_forward_params* params,
+                                              size_t* bytes) {
+  return guarded("fa3jit_attention_workspace_size", [&] {
+    check_runtime(runtime, "fa3jit_attention_workspace_size");
+    if (params == nullptr || bytes == nullptr) invalid("fa3jit_attention_workspace_size: params or bytes is NULL");
     check_struct_size(params, "fa3jit_forward_params", true);
-    if (params->causal != 0 && params->causal != 1) {
-      invalid(fmt::format("params.causal is {}; expected 0 or 1", params->causal));
-    }
-    if (!std::isfinite(params->softmax_scale)) {
-      invalid(fmt::format("params.softmax_scale is {}; expected a finite value (0 = 1/sqrt(head_dim))",
-                          params->softmax_scale));
-    }
-    fa3jit::ForwardArgs args;
-    args.dtype = to_dtype(static_cast<int>(params->dtype));
+    fa3jit::attention_fwd::ForwardArgs args;
     args.batch = params->batch;
     args.seqlen_q = params->seqlen_q;
     args.seqlen_k = params->seqlen_k;
@@ -196,51 +269,74 @@ fa3jit_status fa3jit_forward(fa3jit_runtime* runtime, const fa3jit_forward_param
     args.num_heads_kv = params->num_heads_kv;
     args.head_dim = params->head_dim;
     args.head_dim_v = params->head_dim_v;
-    args.q = to_view(params->q, "q");
-    args.k = to_view(params->k, "k");
-    args.v = to_view(params->v, "v");
-    args.out = to_view(params->out, "out");
-    args.lse = params->lse;
-    args.softmax_scale = params->softmax_scale;
-    args.causal = params->causal != 0;
-    if (params->spec_json != nullptr) {
-      const fa3jit::Spec spec = fa3jit::parse_spec(std::string(params->spec_json));
-      check_spec_agrees(spec, args);
-      runtime->runtime.forward(spec, args, cuda_stream);
-    } else {
-      runtime->runtime.forward(args, cuda_stream);
-    }
+    *bytes = fa3jit::attention_fwd::workspace_size(args);
   });
+}
+
+fa3jit_status fa3jit_kernel_create(fa3jit_runtime* runtime, const char* spec_json, fa3jit_kernel** out) {
+  return guarded("fa3jit_kernel_create", [&] {
+    if (out == nullptr) invalid("fa3jit_kernel_create: out is NULL; expected the address of a fa3jit_kernel*");
+    *out = nullptr;
+    check_runtime(runtime, "fa3jit_kernel_create");
+    if (spec_json == nullptr) invalid("fa3jit_kernel_create: spec_json is NULL; expected a JSON spec");
+    const fa3jit::SpecDocument doc = fa3jit::parse_spec_document(std::string(spec_json));
+    auto kernel = std::make_unique<fa3jit_kernel>();
+    if (doc.kind == fa3jit::attention_fwd::kKind) {
+      const fa3jit::attention_fwd::Spec spec = fa3jit::attention_fwd::parse_spec(doc.spec);
+      kernel->prepared = runtime->runtime.prepare(
+          fa3jit::attention_fwd::make_request(fa3jit::attention_fwd::make_kernel_config(spec)));
+      kernel->attention = fa3jit::attention_fwd::load_kernel(runtime->runtime, spec);
+    } else {
+      const fa3jit::KernelRequest request = fa3jit::request_for(doc);
+      kernel->prepared = runtime->runtime.prepare(request);
+      runtime->runtime.load(request);
+    }
+    *out = kernel.release();
+  });
+}
+
+void fa3jit_kernel_destroy(fa3jit_kernel* kernel) {
+  if (kernel == nullptr || kernel->magic != kKernelMagic) return;
+  kernel->magic = kDeadMagic;
+  delete kernel;
 }
 
 fa3jit_status fa3jit_compile_spec(fa3jit_runtime* runtime, const char* spec_json, fa3jit_kernel_info* out) {
   return guarded("fa3jit_compile_spec", [&] {
-    if (runtime == nullptr) invalid("fa3jit_compile_spec: runtime is NULL; create one with fa3jit_runtime_create");
+    check_runtime(runtime, "fa3jit_compile_spec");
     if (spec_json == nullptr) invalid("fa3jit_compile_spec: spec_json is NULL; expected a JSON spec");
     if (out != nullptr) check_struct_size(out, "fa3jit_kernel_info", false);
-    const fa3jit::Spec spec = fa3jit::parse_spec(std::string(spec_json));
-    const fa3jit::PreparedKernel prepared = runtime->runtime.prepare(spec);
-    if (out == nullptr) return;
-    fa3jit_kernel_info info;
-    std::memset(&info, 0, sizeof(info));
-    info.struct_size = sizeof(info);
-    copy_string(info.key, prepared.key, "cache key");
-    copy_string(info.kernel_name, prepared.compiled ? prepared.compiled->kernel_name : std::string(), "kernel name");
-    info.cache_hit = prepared.cache_hit ? 1 : 0;
-    info.ms = prepared.ms;
-    const fa3jit::ResourceReport report = prepared.compiled ? prepared.compiled->report : fa3jit::ResourceReport{};
-    info.registers = report.registers;
-    info.spill_store_bytes = report.spill_store_bytes;
-    info.spill_load_bytes = report.spill_load_bytes;
-    info.smem_bytes = prepared.config.smem_bytes;
-    info.num_threads = prepared.config.num_threads;
-    info.block_m = prepared.config.spec.block_m;
-    info.block_n = prepared.config.spec.block_n;
-    // Keep the caller's struct_size: a caller with a newer, larger struct keeps its trailing fields as they were.
-    const size_t caller_size = out->struct_size;
-    std::memcpy(out, &info, sizeof(info));
-    out->struct_size = caller_size;
+    const fa3jit::PreparedKernel prepared = runtime->runtime.prepare(std::string(spec_json));
+    if (out != nullptr) fill_info(prepared, out);
   });
+}
+
+fa3jit_status fa3jit_kernel_get_info(const fa3jit_kernel* kernel, fa3jit_kernel_info* out) {
+  return guarded("fa3jit_kernel_get_info", [&] {
+    if (kernel == nullptr || out == nullptr) invalid("fa3jit_kernel_get_info: kernel or out is NULL");
+    check_kernel(kernel, "fa3jit_kernel_get_info");
+    check_struct_size(out, "fa3jit_kernel_info", false);
+    fill_info(kernel->prepared, out);
+  });
+}
+
+const char* fa3jit_capabilities_json(void) {
+  static const std::string kJson = [] {
+    try {
+      nlohmann::json doc{{"abi_version", FA3JIT_ABI_VERSION}, {"version", FA3JIT_PROJECT_VERSION}};
+      nlohmann::json families = nlohmann::json::object();
+      for (const fa3jit::KernelFamily& f : fa3jit::families()) {
+        nlohmann::json c = f.capabilities();
+        c["description"] = std::string(f.description);
+        families[std::string(f.kind)] = std::move(c);
+      }
+      doc["families"] = std::move(families);
+      return doc.dump();
+    } catch (...) {
+      return std::string("{}");
+    }
+  }();
+  return kJson.c_str();
 }
 
 }  // extern "C"

@@ -32,6 +32,7 @@ std::vector<std::string> g_kernel_names;       // CUkernel / CUfunction handle =
 std::vector<EncodedMap> g_encoded;             // since the last launch
 FakeCudaLaunch g_last_launch{};
 int g_launches = 0;
+uint64_t g_param_bytes = 0;
 
 // Opaque handles: distinct non-null values, never dereferenced by the runtime.
 CUcontext const kContext = reinterpret_cast<CUcontext>(0xc0);
@@ -153,7 +154,8 @@ CUresult fake_cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** par
   for (unsigned i = 0; i < c->numAttrs; ++i)
     if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) r.cluster_x = c->attrs[i].value.clusterDim.x;
   std::strncpy(r.kernel_name, g_kernel_names[index - 1].c_str(), sizeof(r.kernel_name) - 1);
-  std::memcpy(r.params, params[4], sizeof(r.params));
+  r.params_address = reinterpret_cast<uint64_t>(params[0]);
+  std::memcpy(r.params, params[0], g_param_bytes);
   const size_t n = g_encoded.size() < 4 ? g_encoded.size() : 4;
   for (size_t i = 0; i < n; ++i) {
     const EncodedMap& m = g_encoded[g_encoded.size() - n + i];
@@ -221,6 +223,15 @@ CUresult fake_cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdevi
   }
 }
 
+// Several attributes at once, as the real driver: an unknown pointer fails the whole call.
+CUresult fake_cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attrs, void** data, CUdeviceptr ptr) {
+  for (unsigned int i = 0; i < count; ++i) {
+    const CUresult r = fake_cuPointerGetAttribute(data[i], attrs[i], ptr);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult fake_cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -267,7 +278,7 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
       FAKE_ENTRY(cuCtxGetCurrent), FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuStreamGetCtx),
       FAKE_ENTRY(cuLibraryLoadData), FAKE_ENTRY(cuLibraryUnload), FAKE_ENTRY(cuLibraryGetKernel),
       FAKE_ENTRY(cuKernelGetFunction), FAKE_ENTRY(cuFuncSetAttribute), FAKE_ENTRY(cuFuncGetAttribute),
-      FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuTensorMapEncodeTiled), FAKE_ENTRY(cuPointerGetAttribute),
+      FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuTensorMapEncodeTiled), FAKE_ENTRY(cuPointerGetAttribute), FAKE_ENTRY(cuPointerGetAttributes),
       FAKE_ENTRY(cuMemAlloc), FAKE_ENTRY(cuMemFree), FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoH),
       FAKE_ENTRY(cuMemsetD8), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuCtxSynchronize),
       FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventRecord), FAKE_ENTRY(cuEventSynchronize),
@@ -277,6 +288,11 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
   *fn = it == kEntries.end() ? nullptr : it->second;
   if (status) *status = it == kEntries.end() ? CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND : CU_GET_PROC_ADDRESS_SUCCESS;
   return it == kEntries.end() ? CUDA_ERROR_NOT_FOUND : CUDA_SUCCESS;
+}
+
+__attribute__((visibility("default"))) void fake_cuda_set_param_bytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_param_bytes = bytes < sizeof(FakeCudaLaunch::params) ? bytes : sizeof(FakeCudaLaunch::params);
 }
 
 __attribute__((visibility("default"))) int fake_cuda_last_launch(FakeCudaLaunch* out) {

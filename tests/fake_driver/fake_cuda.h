@@ -16,11 +16,16 @@ struct FakeCudaLaunch {
   unsigned shared_mem_bytes;
   unsigned cluster_x;
   char kernel_name[256];          // the name the function's kernel was fetched by (cuLibraryGetKernel)
-  unsigned char params[48];       // copy of kernel argument 4, the FwdParams struct (runtime/attention.cpp)
+  unsigned char params[4096];     // copy of kernel argument 0 (a family's Params), fake_cuda_set_param_bytes long
+  uint64_t params_address;        // where argument 0 lived at the launch
   uint64_t tensor_map_dims[4][4];  // the 4 most recent cuTensorMapEncodeTiled calls before the launch (q, k, v, out)
   uint64_t tensor_map_strides[4][3];  // bytes
   uint32_t tensor_map_box[4][4];
 };
+
+/// How many bytes of kernel argument 0 the next launches record (the launched family's sizeof(Params);
+/// every family passes one parameter struct). At most sizeof(FakeCudaLaunch::params); 0 records none.
+void fake_cuda_set_param_bytes(uint64_t bytes);
 
 /// A copy of the last launch; returns the number of launches so far (0: `out` untouched).
 int fake_cuda_last_launch(FakeCudaLaunch* out);

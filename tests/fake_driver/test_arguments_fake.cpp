@@ -1,8 +1,9 @@
-// Launch-argument validation of Runtime::forward (runtime/arguments.cpp) and the launch it produces, run
+// Launch-argument validation of attention_fwd::forward (kernels/attention_fwd/launch.cpp, runtime/tensor_check.cpp)
+// and the launch it produces, run
 // against the fake CUDA driver (fake_cuda.cpp) so that it needs no GPU. Kernels are compiled for real with
 // NVRTC (into a temporary cache); only the driver is fake. Bad calls must throw the documented ErrorCode with
 // a message naming the argument and must not launch; good calls are checked against what reached the fake
-// cuLaunchKernelEx (grid, block, shared memory, cluster, FwdParams) and cuTensorMapEncodeTiled.
+// cuLaunchKernelEx (grid, block, shared memory, cluster, Params) and cuTensorMapEncodeTiled.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
@@ -13,26 +14,19 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 
+#include "core/error.h"
 #include "fake_cuda.h"
-#include "generator/emit.h"
-#include "generator/error.h"
-#include "generator/tile_table.h"
-#include "runtime/attention.h"
-#include "runtime/driver.h"
+#include "jit/driver.h"
+#include "kernels/attention_fwd/emit.h"
+#include "kernels/attention_fwd/launch.h"
 
 using namespace fa3jit;
+using namespace fa3jit::attention_fwd;
 using Catch::Matchers::Contains;
 
 namespace {
-
-// Mirrors FwdParams in runtime/attention.cpp (and templates' FwdParams) byte for byte.
-struct FwdParams {
-  int seqlen_q, seqlen_k, num_heads, head_group, batch, num_m_blocks, section_heads, reserved;
-  float softmax_scale, scale_log2;
-  float* lse;
-};
-static_assert(sizeof(FwdParams) == 48);
 
 // The fake's recorder, found in the libcuda.so.1 the runtime loaded; fails loudly on a real driver.
 int (*fake_last_launch)(FakeCudaLaunch*) = nullptr;
@@ -45,6 +39,9 @@ void require_fake_driver() {
   fake_last_launch = reinterpret_cast<int (*)(FakeCudaLaunch*)>(dlsym(handle, "fake_cuda_last_launch"));
   INFO("the loaded libcuda.so.1 is not the fake driver; run with LD_LIBRARY_PATH=<build>/fake_driver");
   REQUIRE(fake_last_launch != nullptr);
+  auto set_param_bytes = reinterpret_cast<void (*)(uint64_t)>(dlsym(handle, "fake_cuda_set_param_bytes"));
+  REQUIRE(set_param_bytes != nullptr);
+  set_param_bytes(sizeof(Params));  // the attention kernel's one argument
 }
 
 int launch_count() {
@@ -58,8 +55,8 @@ FakeCudaLaunch last_launch() {
   return r;
 }
 
-FwdParams params_of(const FakeCudaLaunch& r) {
-  FwdParams p;
+Params params_of(const FakeCudaLaunch& r) {
+  Params p;
   std::memcpy(&p, r.params, sizeof(p));
   return p;
 }
@@ -116,7 +113,7 @@ void expect_rejected(const ForwardArgs& a, ErrorCode code, const std::string& fr
   Runtime& rt = runtime();
   const int before = launch_count();
   try {
-    rt.forward(a, nullptr);
+    forward(rt, a, nullptr);
     FAIL("forward accepted the arguments; expected an error containing \"" << fragment << "\"");
   } catch (const Error& e) {
     INFO(e.what());
@@ -214,15 +211,15 @@ TEST_CASE("a valid call launches the default spec with its geometry and paramete
   // GQA 8:2, seqlen_q not a multiple of block_m, seqlen_k not a multiple of block_n, with lse.
   ForwardArgs a = problem(2, 300, 257, 8, 2, 128);
   a.lse = static_cast<float*>(device_alloc(2 * 8 * 300 * 4));
-  const Spec spec = default_spec_for(DType::kBf16, 128, 0, false);
+  const Spec spec = default_spec(DType::kBf16, 128, 128, false);
   const KernelConfig cfg = make_kernel_config(spec);
   REQUIRE(spec.cluster_m == 1);
   const int before = launch_count();
-  runtime().forward(a, nullptr);
+  forward(runtime(), a, nullptr);
   REQUIRE(launch_count() == before + 1);
   const FakeCudaLaunch r = last_launch();
 
-  CHECK(std::string(r.kernel_name) == kernel_name(spec));
+  CHECK(std::string(r.kernel_name) == attention_fwd::kernel_name(spec));
   CHECK(r.grid[0] == ceil_div(300, spec.block_m) * 8 * 2);
   CHECK(r.grid[1] == 1);
   CHECK(r.grid[2] == 1);
@@ -231,7 +228,7 @@ TEST_CASE("a valid call launches the default spec with its geometry and paramete
   CHECK(r.shared_mem_bytes == static_cast<unsigned>(cfg.smem_bytes));
   CHECK(r.cluster_x == 1);
 
-  const FwdParams p = params_of(r);
+  const Params p = params_of(r);
   CHECK(p.seqlen_q == 300);
   CHECK(p.seqlen_k == 257);
   CHECK(p.num_heads == 8);
@@ -262,8 +259,8 @@ TEST_CASE("a valid call launches the default spec with its geometry and paramete
 TEST_CASE("an explicit softmax_scale reaches the kernel", "[fake_driver][launch]") {
   ForwardArgs a = problem(1, 64, 64, 2, 2, 128);
   a.softmax_scale = 0.5f;
-  runtime().forward(a, nullptr);
-  const FwdParams p = params_of(last_launch());
+  forward(runtime(), a, nullptr);
+  const Params p = params_of(last_launch());
   CHECK(p.softmax_scale == 0.5f);
   CHECK(p.scale_log2 == Approx(0.5 * std::log2(std::exp(1.0))).epsilon(1e-6));
   CHECK(p.lse == nullptr);
@@ -272,11 +269,11 @@ TEST_CASE("an explicit softmax_scale reaches the kernel", "[fake_driver][launch]
 TEST_CASE("a causal decode step runs the non-causal kernel", "[fake_driver][launch]") {
   ForwardArgs a = problem(3, 1, 500, 4, 4, 128, /*causal=*/true);
   const int before = launch_count();
-  runtime().forward(a, nullptr);
+  forward(runtime(), a, nullptr);
   REQUIRE(launch_count() == before + 1);
   const FakeCudaLaunch r = last_launch();
-  CHECK(std::string(r.kernel_name) == kernel_name(default_spec_for(DType::kBf16, 128, 0, false)));
-  CHECK(std::string(r.kernel_name) != kernel_name(default_spec_for(DType::kBf16, 128, 0, true)));
+  CHECK(std::string(r.kernel_name) == attention_fwd::kernel_name(default_spec(DType::kBf16, 128, 128, false)));
+  CHECK(std::string(r.kernel_name) != attention_fwd::kernel_name(default_spec(DType::kBf16, 128, 128, true)));
   CHECK(r.grid[0] == 1 * 4 * 3);
   CHECK(params_of(r).seqlen_q == 1);
   CHECK(params_of(r).seqlen_k == 500);
@@ -287,7 +284,7 @@ TEST_CASE("a size-1 seqlen dimension accepts stride_seq 1", "[fake_driver][launc
   a.q.stride_seq = 1;  // DLPack producers give 1 (or 0) for a dimension of size 1
   a.out.stride_seq = 1;
   const int before = launch_count();
-  runtime().forward(a, nullptr);
+  forward(runtime(), a, nullptr);
   REQUIRE(launch_count() == before + 1);
   const FakeCudaLaunch r = last_launch();
   CHECK(r.grid[0] == 1 * 4 * 2);
@@ -303,10 +300,10 @@ TEST_CASE("cluster_m 2 launches 2-CTA clusters over an even number of row blocks
   const int64_t seqlen_q = 3 * spec.block_m - 5;  // 3 row blocks: odd, rounded up to 4 per head
   ForwardArgs a = problem(2, seqlen_q, 400, 4, 4, 128);
   const int before = launch_count();
-  runtime().forward(spec, a, nullptr);
+  forward(*load_kernel(runtime(), spec), a, nullptr);
   REQUIRE(launch_count() == before + 1);
   const FakeCudaLaunch r = last_launch();
-  CHECK(std::string(r.kernel_name) == kernel_name(spec));
+  CHECK(std::string(r.kernel_name) == attention_fwd::kernel_name(spec));
   CHECK(r.cluster_x == 2);
   CHECK(r.grid[0] == 4 * 4 * 2);
   CHECK(r.grid[0] % 2 == 0);
@@ -316,4 +313,67 @@ TEST_CASE("cluster_m 2 launches 2-CTA clusters over an even number of row blocks
   // Each CTA of the pair loads half of every K/V block and multicasts it.
   CHECK(r.tensor_map_box[1][1] == static_cast<uint32_t>(spec.block_n / 2));
   CHECK(r.tensor_map_box[2][1] == static_cast<uint32_t>(spec.block_n / 2));
+}
+
+TEST_CASE("the parameter struct reaches the kernel as its one argument, as prepare_launch built it",
+          "[fake_driver][launch]") {
+  ForwardArgs a = problem(2, 300, 257, 8, 2, 128, /*causal=*/true);
+  LaunchPlan plan = prepare_launch(runtime(), a, nullptr);
+  launch(plan);
+  const FakeCudaLaunch r = last_launch();
+  CHECK(r.params_address == reinterpret_cast<uint64_t>(&plan.params));
+  const Params p = params_of(r);
+  CHECK(std::memcmp(&p, &plan.params, sizeof(Params)) == 0);
+  CHECK(r.grid[0] == plan.grid);
+  // The tensor maps travel inside the struct: 4 x 128 bytes at its start, 64-byte aligned.
+  CHECK(offsetof(Params, tm_q) == 0);
+  CHECK(offsetof(Params, tm_o) == 3 * 128);
+  CHECK(alignof(Params) == 64);
+  CHECK(p.seqlen_q == 300);
+  CHECK(p.head_group == 4);
+}
+
+TEST_CASE("the plan cache: one kernel per shape class, reused by later calls and other threads",
+          "[fake_driver][plan]") {
+  ForwardArgs small = problem(1, 64, 64, 2, 2, 128);
+  ForwardArgs large = problem(3, 700, 900, 8, 2, 128);  // same class (bf16, d128, non-causal): same kernel
+  ForwardArgs causal = problem(1, 64, 64, 2, 2, 128, /*causal=*/true);
+  ForwardArgs d64 = problem(1, 64, 64, 2, 2, 64);
+  const LaunchPlan p1 = prepare_launch(runtime(), small, nullptr);
+  const LaunchPlan p2 = prepare_launch(runtime(), large, nullptr);
+  const LaunchPlan p3 = prepare_launch(runtime(), causal, nullptr);
+  const LaunchPlan p4 = prepare_launch(runtime(), d64, nullptr);
+  CHECK(p1.function == p2.function);
+  CHECK(p1.function != p3.function);
+  CHECK(p1.function != p4.function);
+  CHECK(p3.function != p4.function);
+  CHECK(p2.grid != p1.grid);
+  // Another thread (an empty per-thread memo) finds the same plan.
+  CUfunction other = nullptr;
+  std::thread([&] { other = prepare_launch(runtime(), large, nullptr).function; }).join();
+  CHECK(other == p1.function);
+  // A second runtime has plans of its own; the first runtime's memo is not taken for it.
+  Runtime second(RuntimeOptions{runtime().cache().directory()});
+  const LaunchPlan q1 = prepare_launch(second, small, nullptr);
+  CHECK(q1.function != nullptr);
+  CHECK(q1.launch.smem_bytes == p1.launch.smem_bytes);
+  // A causal decode step (seqlen_q 1) is in the non-causal class.
+  ForwardArgs decode = problem(1, 1, 64, 2, 2, 128, /*causal=*/true);
+  CHECK(prepare_launch(runtime(), decode, nullptr).function == p1.function);
+}
+
+TEST_CASE("an explicit kernel must agree with the arguments", "[fake_driver][plan]") {
+  const auto kernel = load_kernel(runtime(), default_spec(DType::kBf16, 128, 128, true));
+  ForwardArgs a = problem(1, 64, 64, 2, 2, 128, /*causal=*/true);
+  const int before = launch_count();
+  forward(*kernel, a, nullptr);
+  CHECK(launch_count() == before + 1);
+  a.causal = false;
+  CHECK_THROWS_WITH(forward(*kernel, a, nullptr), Contains("argument causal = false does not match the kernel spec"));
+  ForwardArgs b = problem(1, 64, 64, 2, 2, 64, /*causal=*/true);
+  CHECK_THROWS_WITH(forward(*kernel, b, nullptr), Contains("head_dim = 64") && Contains("(128, 128)"));
+  b = problem(1, 64, 64, 2, 2, 128, /*causal=*/true);
+  b.dtype = DType::kFp16;
+  CHECK_THROWS_WITH(forward(*kernel, b, nullptr), Contains("argument dtype = fp16 does not match"));
+  CHECK(launch_count() == before + 1);
 }

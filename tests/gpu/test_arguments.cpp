@@ -4,16 +4,17 @@
 
 #include <string>
 
-#include "gpu_problem.h"
+#include "gpu_test.h"
 
 using namespace fa3jit;
 using namespace fa3jit::test;
+using namespace fa3jit::attention_fwd;
 
 namespace {
 
 void expect_error(const ForwardArgs& a, ErrorCode code, const std::string& fragment) {
   try {
-    runtime().forward(a, nullptr);
+    forward(runtime(), a, nullptr);
     FAIL("expected an error containing: " << fragment);
   } catch (const Error& e) {
     INFO(e.what());
@@ -27,7 +28,7 @@ void expect_error(const ForwardArgs& a, ErrorCode code, const std::string& fragm
 TEST_CASE("B4: bad pointers, strides and shapes are rejected with the argument's name", "[gpu][arguments]") {
   if (!have_gpu()) return;
   ProblemShape s{DType::kBf16, 2, 256, 256, 4, 2, 128, false};
-  GpuProblem p(s, 9);
+  AttentionProblem p(s, 9);
 
   ForwardArgs a = p.args();
   a.q.data = static_cast<char*>(a.q.data) + 2;  // one element off: 2-byte aligned only
@@ -71,7 +72,7 @@ TEST_CASE("B4: bad pointers, strides and shapes are rejected with the argument's
   a.softmax_scale = -0.125f;
   expect_error(a, ErrorCode::kInvalidArgument, "softmax_scale");
 
-  cli::DeviceBuffer tiny_lse(64);
+  testing::DeviceBuffer tiny_lse(64);
   a = p.args();
   a.lse = static_cast<float*>(tiny_lse.get());
   expect_error(a, ErrorCode::kInvalidArgument, "lse");
@@ -81,14 +82,14 @@ TEST_CASE("B4: bad pointers, strides and shapes are rejected with the argument's
   expect_error(a, ErrorCode::kUnsupported, "head_dim_v");
 
   // After all the rejected calls the runtime and the context still work.
-  p.run();
+  p.run(runtime());
   CHECK(p.check().passed);
 }
 
 TEST_CASE("B5: an unsupported head_dim lists the supported ones", "[gpu][arguments]") {
   if (!have_gpu()) return;
   ProblemShape s{DType::kFp16, 1, 64, 64, 2, 2, 128, false};
-  GpuProblem p(s, 1);
+  AttentionProblem p(s, 1);
   ForwardArgs a = p.args();
   a.head_dim = a.head_dim_v = 80;
   expect_error(a, ErrorCode::kInvalidArgument, "64, 128, 256");
@@ -97,14 +98,14 @@ TEST_CASE("B5: an unsupported head_dim lists the supported ones", "[gpu][argumen
 TEST_CASE("a size-1 seqlen dimension may carry any stride (decode step from a DLPack producer)", "[gpu][arguments]") {
   if (!have_gpu()) return;
   ProblemShape s{DType::kBf16, 3, 1, 300, 8, 2, 128, false};
-  GpuProblem p(s, 4);
-  p.run();
+  AttentionProblem p(s, 4);
+  p.run(runtime());
   const auto expected = p.out.data;
   ForwardArgs a = p.args();
   a.q.stride_seq = 1;
   a.out.stride_seq = 3;
   p.d_out.fill_bytes(0xFF);
-  runtime().forward(a, nullptr);
+  forward(runtime(), a, nullptr);
   check_cu(driver().cuCtxSynchronize(nullptr), "cuCtxSynchronize");
   p.d_out.download(p.out.data.data(), p.out.size_bytes());
   CHECK(p.out.data == expected);

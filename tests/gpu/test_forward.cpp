@@ -1,7 +1,7 @@
 // GPU correctness of the forward kernel (run on an H200; skipped with a message elsewhere).
 // Matrix: fp16/bf16 x head_dim {64, 128, 256} x causal x {MHA 6/6, GQA 4:1 8/2} x the `dense`
 // (seqlen_q, seqlen_k) pairs of cases/seqlens.json (FA3's test matrix), against the float64 reference
-// with FA3's rule (runtime/reference.h). Large pairs are checked on a row sample.
+// with FA3's rule (testing/reference.h). Large pairs are checked on a row sample.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
@@ -9,10 +9,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "gpu_problem.h"
+#include "gpu_test.h"
 
 using namespace fa3jit;
 using namespace fa3jit::test;
+using namespace fa3jit::attention_fwd;
 
 namespace {
 
@@ -46,9 +47,9 @@ TEST_CASE("forward matches the float64 reference over the FA3 test matrix", "[gp
         for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{6, 6}, {8, 2}})
           for (auto [sq, sk] : pairs) {
             ProblemShape s{dtype, 2, sq, sk, hq, hkv, d, causal};
-            GpuProblem p(s, 1000 + total);
-            p.run();
-            const Spec spec = default_spec_for(dtype, static_cast<int>(d), 0, causal);
+            AttentionProblem p(s, 1000 + total);
+            p.run(runtime());
+            const Spec spec = default_spec(dtype, static_cast<int>(d), static_cast<int>(d), causal);
             const CheckResult r = p.check(rows_to_check(s, spec.block_m));
             ++total;
             if (!r.passed) ++failures;
@@ -65,8 +66,8 @@ TEST_CASE("B1: causal with seqlen_q > seqlen_k gives O = 0 and lse = -inf for ro
   if (!have_gpu()) return;
   for (auto [sq, sk] : {std::pair<int64_t, int64_t>{799, 3}, {239, 1}}) {
     ProblemShape s{DType::kBf16, 2, sq, sk, 4, 2, 128, true};
-    GpuProblem p(s, 42);
-    p.run();
+    AttentionProblem p(s, 42);
+    p.run(runtime());
     int64_t empty_rows = 0;
     for (int64_t b = 0; b < s.batch; ++b)
       for (int64_t h = 0; h < s.num_heads; ++h)
@@ -87,11 +88,11 @@ TEST_CASE("B1: causal with seqlen_q > seqlen_k gives O = 0 and lse = -inf for ro
 TEST_CASE("B2: a causal decode step (seqlen_q = 1) equals the non-causal result", "[gpu][cases]") {
   if (!have_gpu()) return;
   ProblemShape s{DType::kBf16, 3, 1, 339, 8, 2, 128, true};
-  GpuProblem causal(s, 5);
-  causal.run();
+  AttentionProblem causal(s, 5);
+  causal.run(runtime());
   s.causal = false;
-  GpuProblem full(s, 5);  // same seed: same inputs
-  full.run();
+  AttentionProblem full(s, 5);  // same seed: same inputs
+  full.run(runtime());
   REQUIRE(causal.q.data == full.q.data);
   CHECK(causal.out.data == full.out.data);
   CHECK(causal.check().passed);
@@ -101,12 +102,12 @@ TEST_CASE("forward is bit-exact over repeated runs (no races)", "[gpu][forward]"
   if (!have_gpu()) return;
   for (bool causal : {false, true}) {
     ProblemShape s{DType::kBf16, 2, 1023, 1024, 8, 2, 128, causal};
-    GpuProblem p(s, 11);
-    p.run();
+    AttentionProblem p(s, 11);
+    p.run(runtime());
     const auto first = p.out.data;
     const auto first_lse = p.lse;
     for (int i = 0; i < 20; ++i) {
-      p.run();
+      p.run(runtime());
       REQUIRE(p.out.data == first);
       REQUIRE(std::memcmp(p.lse.data(), first_lse.data(), first_lse.size() * sizeof(float)) == 0);
     }
@@ -128,8 +129,8 @@ TEST_CASE("non-default specs (other tiles, stages, schedules) run and pass", "[g
     const Spec spec = parse_spec(std::string(json));
     // 800 rows: an odd number of 128-row blocks, so a 2-CTA cluster pads its last pair.
     ProblemShape s{spec.dtype, 2, 800, 1111, 4, 2, spec.head_dim, spec.causal};
-    GpuProblem p(s, 3);
-    p.run(&spec);
+    AttentionProblem p(s, 3);
+    p.run(runtime(), load_kernel(runtime(), spec).get());
     const CheckResult r = p.check();
     INFO(json << ": " << format_check(r));
     CHECK(r.passed);

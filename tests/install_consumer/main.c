@@ -19,7 +19,7 @@ static void expect(int condition, const char* what) {
 
 /* A forward call that must come back as INVALID_ARGUMENT with a message containing `needle`. */
 static void expect_invalid(fa3jit_runtime* rt, const fa3jit_forward_params* p, const char* needle, const char* what) {
-  fa3jit_status status = fa3jit_forward(rt, p, NULL);
+  fa3jit_status status = fa3jit_attention_forward(rt, NULL, p, NULL);
   const char* message = fa3jit_last_error();
   printf("  %-34s -> %s: %s\n", what, fa3jit_status_name(status), message);
   expect(status == FA3JIT_ERROR_INVALID_ARGUMENT, what);
@@ -70,6 +70,19 @@ int main(int argc, char** argv) {
 
   p.struct_size = sizeof(p);
   expect_invalid(NULL, &p, "runtime", "forward with runtime = NULL");
+
+  {
+    /* Capabilities are readable without a GPU; a NULL kernel handle cannot be created. */
+    const char* caps = fa3jit_capabilities_json();
+    size_t bytes = 1;
+    fa3jit_kernel* kernel = NULL;
+    printf("  %-34s -> %s\n", "fa3jit_capabilities_json", caps);
+    expect(strstr(caps, "\"attention_fwd\"") != NULL, "capabilities name the attention family");
+    expect(fa3jit_kernel_create(rt, NULL, &kernel) == FA3JIT_ERROR_INVALID_ARGUMENT && kernel == NULL,
+           "fa3jit_kernel_create rejects a NULL spec");
+    expect(fa3jit_attention_workspace_size(rt, &p, &bytes) == FA3JIT_OK && bytes == 0,
+           "the attention forward needs no workspace");
+  }
 
   fa3jit_runtime_destroy(rt);
   fa3jit_runtime_destroy(NULL); /* allowed */

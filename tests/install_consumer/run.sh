@@ -14,6 +14,10 @@ for f in include/fa3jit/fa3jit.h lib/cmake/fa3jit/fa3jitConfig.cmake lib/cmake/f
   [[ -e "$work/prefix/$f" ]] || { echo "install is missing $f" >&2; cat "$work/install.log" >&2; exit 1; }
 done
 ls "$work/prefix"/lib*/libfa3jit.so >/dev/null
+# Test and CLI helpers (CPU reference, fills, device buffers: testing/) stay out of the installed library.
+if nm -DC --defined-only "$work/prefix"/lib*/libfa3jit.so | grep -E "reference_rows|fill_fa3_distribution|AttentionProblem" >&2; then
+  echo "the installed libfa3jit.so exports testing/ code" >&2; exit 1
+fi
 
 cmake -S "$here" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log" \
   || { cat "$work/configure.log" >&2; exit 1; }

@@ -1,14 +1,15 @@
-// `fa3jit emit`, `fa3jit compile` and `fa3jit cache list|clear`: everything that needs no GPU.
+// `fa3jit emit`, `fa3jit compile` and `fa3jit cache list|clear`: everything that needs no GPU. emit and compile
+// take a spec of any kernel family (jit/family.h).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
 
-#include "generator/emit.h"
-#include "generator/error.h"
-#include "runtime/compiler.h"
-#include "runtime/cubin_cache.h"
+#include "core/error.h"
+#include "jit/compiler.h"
+#include "jit/cubin_cache.h"
+#include "jit/family.h"
 #include "tools/cli/commands.h"
 
 namespace fa3jit::cli {
@@ -23,6 +24,16 @@ void write_file(const std::string& path, const std::string& content, const char*
   }
 }
 
+// A spec file of any family, as a request; errors name the file.
+KernelRequest load_request(const std::string& path) {
+  const SpecDocument document = load_spec_document(path);
+  try {
+    return request_for(document);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", path, e.what()));
+  }
+}
+
 }  // namespace
 
 std::string reported(int value, const char* unit) {
@@ -32,7 +43,8 @@ std::string reported(int value, const char* unit) {
 void print_kernel_report(const PreparedKernel& kernel) {
   const ResourceReport& r = kernel.compiled->report;
   fmt::print("kernel          {}\n", kernel.compiled->kernel_name);
-  fmt::print("spec            {}\n", spec_summary(kernel.config.spec));
+  fmt::print("kind            {}\n", kernel.request.kind);
+  fmt::print("spec            {}\n", kernel.request.summary);
   fmt::print("cache key       {}\n", kernel.key);
   fmt::print("cache           {} ({:.1f} ms {})\n", kernel.cache_hit ? "hit" : "miss", kernel.ms,
              kernel.cache_hit ? "to load" : "to generate and compile");
@@ -41,13 +53,12 @@ void print_kernel_report(const PreparedKernel& kernel) {
   fmt::print("spill loads     {}\n", reported(r.spill_load_bytes, " B"));
   fmt::print("stack frame     {}\n", reported(r.stack_frame_bytes, " B"));
   fmt::print("static smem     {}\n", reported(r.static_smem_bytes, " B"));
-  fmt::print("dynamic smem    {} B\n", kernel.config.smem_bytes);
-  fmt::print("threads         {}\n", kernel.config.num_threads);
+  fmt::print("dynamic smem    {} B\n", kernel.request.launch.smem_bytes);
+  fmt::print("threads         {}\n", kernel.request.launch.num_threads);
 }
 
 int cmd_emit(const GlobalOptions&, const EmitOptions& options) {
-  const Spec spec = load_spec_file(options.spec_path);
-  const KernelSource source = emit_kernel(make_kernel_config(spec));
+  const KernelSource source = load_request(options.spec_path).source;
   if (options.output_path.empty()) {
     std::cout << source.code;
     std::cout.flush();
@@ -61,15 +72,15 @@ int cmd_emit(const GlobalOptions&, const EmitOptions& options) {
 }
 
 int cmd_compile(const GlobalOptions& global, const CompileOptions& options) {
-  const Spec spec = load_spec_file(options.spec_path);
+  const KernelRequest request = load_request(options.spec_path);
   Runtime runtime(RuntimeOptions{global.cache_dir});
-  const PreparedKernel kernel = runtime.prepare(spec);
+  const PreparedKernel kernel = runtime.prepare(request);
   print_kernel_report(kernel);
   if (!options.ptx_path.empty()) {
     std::string ptx = kernel.compiled->ptx;
     if (ptx.empty()) {
       // A cache entry may carry only the cubin; the PTX is cheap to regenerate for inspection.
-      ptx = compile_kernel(emit_kernel(kernel.config)).ptx;
+      ptx = compile_kernel(request.source).ptx;
     }
     write_file(options.ptx_path, ptx, "PTX");
     fmt::print("ptx             {}\n", options.ptx_path);

@@ -18,9 +18,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "generator/error.h"
+#include "core/error.h"
+#include "core/json_fields.h"
+#include "kernels/attention_fwd/emit.h"
+#include "testing/attention_problem.h"
 #include "tools/cli/commands.h"
-#include "tools/cli/forward_harness.h"
 
 namespace fa3jit::cli {
 namespace {
@@ -37,20 +39,17 @@ struct Candidate {
   std::string skipped;        // reason when the spec is invalid or infeasible
   std::string failed;         // reason when compiling, launching or checking failed
   std::optional<PreparedKernel> kernel;
-  std::optional<Timing> timing;
+  std::optional<testing::Timing> timing;
   std::optional<bool> check_passed;
 };
 
 nlohmann::json read_sweep(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::kIoError, fmt::format("cannot read sweep file {}", path));
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = json_fields::read_file(path);
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ErrorCode::kInvalidSpec, fmt::format("{}: not valid JSON: {}", path, e.what()));
+    doc = json_fields::parse_text(text);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", path, e.what()));
   }
   if (!doc.is_object()) throw Error(ErrorCode::kInvalidSpec, fmt::format("{}: must be a JSON object", path));
   for (const auto& [key, value] : doc.items()) {
@@ -113,7 +112,7 @@ void print_table(const std::vector<Candidate>& candidates, bool timed) {
     const ResourceReport& r = c.kernel->compiled->report;
     const std::string spill = reported(r.spill_store_bytes) + "/" + reported(r.spill_load_bytes);
     fmt::print("{:<4} {:<40} {:>5} {:>11} {:>8} {:>10} {:>9} {:>7}  {}\n", ++rank, c.label, reported(r.registers),
-               spill, c.kernel->config.smem_bytes, timed && c.timing ? fmt::format("{:.4f}", c.timing->median_ms) : "-",
+               spill, c.kernel->request.launch.smem_bytes, timed && c.timing ? fmt::format("{:.4f}", c.timing->median_ms) : "-",
                timed && c.timing ? fmt::format("{:.1f}", c.timing->tflops) : "-",
                c.check_passed ? (*c.check_passed ? "PASS" : "FAIL") : "-", c.kernel->compiled->kernel_name);
   }
@@ -130,7 +129,7 @@ void print_table(const std::vector<Candidate>& candidates, bool timed) {
 int cmd_tune(const GlobalOptions& global, const TuneOptions& options) {
   const nlohmann::json doc = read_sweep(options.sweep_path);
   const std::vector<Axis> axes = sweep_axes(doc["sweep"]);
-  const bool gpu = open_gpu(options.device);
+  const bool gpu = testing::open_gpu(options.device);
   if (gpu && !doc["base"].contains("problem")) {
     throw Error(ErrorCode::kInvalidSpec,
                 fmt::format("{}: base spec has no \"problem\" section; on a GPU every candidate is timed on it",
@@ -139,7 +138,7 @@ int cmd_tune(const GlobalOptions& global, const TuneOptions& options) {
   Runtime runtime(RuntimeOptions{global.cache_dir});
 
   std::vector<Candidate> candidates;
-  std::optional<ForwardBuffers> buffers;
+  std::optional<testing::AttentionProblem> problem;
   std::vector<size_t> index(axes.size(), 0);
   for (bool more = true; more;) {
     Candidate c;
@@ -159,10 +158,9 @@ int cmd_tune(const GlobalOptions& global, const TuneOptions& options) {
       index[a] = 0;
     }
 
-    std::optional<Spec> spec;
+    std::optional<testing::AttentionCase> tcase;
     try {
-      spec = parse_spec(spec_doc);
-      (void)make_kernel_config(*spec);
+      tcase = testing::attention_case_from_json(spec_doc);
     } catch (const Error& e) {
       c.skipped = e.what();
       fmt::print("skip     {}: {}\n", c.label, c.skipped);
@@ -170,20 +168,31 @@ int cmd_tune(const GlobalOptions& global, const TuneOptions& options) {
       continue;
     }
     try {
-      c.kernel = runtime.prepare(*spec);
+      const attention_fwd::Spec& spec = tcase->spec;
+      c.kernel = runtime.prepare(attention_fwd::make_request(attention_fwd::make_kernel_config(spec)));
       const ResourceReport& r = c.kernel->compiled->report;
       fmt::print("compiled {}: {} regs, spill {}/{} B, stack {} B, smem {} B, {} threads ({} {:.0f} ms)\n",
                  c.label, reported(r.registers), reported(r.spill_store_bytes), reported(r.spill_load_bytes),
-                 reported(r.stack_frame_bytes), c.kernel->config.smem_bytes, c.kernel->config.num_threads,
+                 reported(r.stack_frame_bytes), c.kernel->request.launch.smem_bytes,
+                 c.kernel->request.launch.num_threads,
                  c.kernel->cache_hit ? "hit" : "miss", c.kernel->ms);
       if (gpu) {
-        if (!buffers || !buffers->fits(*spec)) {
-          buffers.reset();  // free the old device buffers before allocating new ones
-          buffers.emplace(ForwardBuffers::create(*spec, options.seed));
+        const testing::ProblemShape shape = testing::shape_of(*tcase);
+        const auto same = [&](const testing::ProblemShape& a) {
+          return a.dtype == shape.dtype && a.batch == shape.batch && a.seqlen_q == shape.seqlen_q &&
+                 a.seqlen_k == shape.seqlen_k && a.num_heads == shape.num_heads &&
+                 a.num_heads_kv == shape.num_heads_kv && a.head_dim == shape.head_dim &&
+                 a.head_dim_v == shape.head_dim_v && a.causal == shape.causal;
+        };
+        if (!problem || !same(problem->shape)) {
+          problem.reset();  // free the old device buffers before allocating new ones
+          problem.emplace(shape, options.seed);
         }
-        const CheckResult check = run_and_check(runtime, *spec, *buffers, options.check_rows, options.seed);
+        const auto loaded = attention_fwd::load_kernel(runtime, spec);
+        problem->run(runtime, loaded.get());
+        const CheckResult check = problem->check_sampled(spec.block_m, options.check_rows, options.seed);
         c.check_passed = check.passed;
-        c.timing = time_forward(runtime, *spec, *buffers, options.warmup, options.iters);
+        c.timing = problem->time(runtime, loaded.get(), options.warmup, options.iters);
         fmt::print("timed    {}: {:.4f} ms, {:.1f} TFLOPS, check {}\n", c.label, c.timing->median_ms,
                    c.timing->tflops, check.passed ? "PASS" : "FAIL: " + check.failure);
       }

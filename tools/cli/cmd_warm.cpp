@@ -10,7 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "generator/error.h"
+#include "core/error.h"
+#include "jit/family.h"
 #include "tools/cli/commands.h"
 
 namespace fa3jit::cli {
@@ -49,7 +50,8 @@ int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
     for (size_t i = next++; i < files.size(); i = next++) {
       std::string line;
       try {
-        const PreparedKernel k = runtime.prepare(load_spec_file(files[i]));
+        const SpecDocument document = load_spec_document(files[i]);
+        const PreparedKernel k = runtime.prepare(request_for(document));
         line = fmt::format("{:<5} {:>8.1f} ms  {}  {}", k.cache_hit ? "hit" : "built", k.ms,
                            k.compiled->kernel_name, files[i]);
       } catch (const Error& e) {

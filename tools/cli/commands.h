@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/attention.h"
+#include "runtime/runtime.h"
 
 namespace fa3jit::cli {
 

@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 
 #include "fa3jit/fa3jit.h"
-#include "generator/emit.h"
-#include "generator/error.h"
-#include "runtime/compiler.h"
-#include "runtime/log.h"
+#include "jit/emit_util.h"
+#include "core/error.h"
+#include "jit/compiler.h"
+#include "core/log.h"
 #include "tools/cli/commands.h"
 
 namespace {

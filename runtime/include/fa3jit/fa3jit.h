@@ -9,8 +9,15 @@
  *   fa3jit_forward_params p;
  *   fa3jit_forward_params_init(&p);                           // zero + struct_size
  *   p.dtype = FA3JIT_DTYPE_BF16; p.batch = ...; p.q.data = ...; ...
- *   fa3jit_status s = fa3jit_forward(rt, &p, stream);          // asynchronous on `stream`
+ *   fa3jit_status s = fa3jit_attention_forward(rt, NULL, &p, stream);  // asynchronous on `stream`
  *   fa3jit_runtime_destroy(rt);
+ *
+ * A caller that pins a kernel (a tuned spec) creates it once and passes the handle on every call; no JSON
+ * is read on the call path:
+ *   fa3jit_kernel* k = NULL;
+ *   fa3jit_kernel_create(rt, "{\"dtype\":\"bf16\",\"head_dim\":128,\"tile\":{\"block_n\":128}}", &k);
+ *   fa3jit_attention_forward(rt, k, &p, stream);
+ *   fa3jit_kernel_destroy(k);
  *
  * Errors: every function that can fail returns an fa3jit_status; FA3JIT_OK (0) is success. On failure a
  * message naming the argument or spec field, the offending value and what is allowed is kept per thread
@@ -43,7 +50,7 @@ extern "C" {
 
 /* Bumped when a struct or function of this header changes incompatibly. Structs only ever grow at the
  * end; their struct_size field tells the library which fields the caller knows. */
-#define FA3JIT_ABI_VERSION 1
+#define FA3JIT_ABI_VERSION 2
 
 /* ---- status ------------------------------------------------------------------------------------------ */
 
@@ -87,7 +94,8 @@ typedef struct fa3jit_runtime_options {
 FA3JIT_API fa3jit_status fa3jit_runtime_create(const fa3jit_runtime_options* options, fa3jit_runtime** out);
 
 /* Destroys a runtime (NULL is ignored). Kernels still running on a stream must have finished: destroying
- * unloads their code. */
+ * unloads their code. A runtime destroyed twice, or used after destroy, is detected where the memory still
+ * holds the handle (a magic number) and reported as INVALID_ARGUMENT; do not rely on it. */
 FA3JIT_API void fa3jit_runtime_destroy(fa3jit_runtime* runtime);
 
 /* ---- forward ----------------------------------------------------------------------------------------- */
@@ -120,7 +128,7 @@ typedef struct fa3jit_tensor {
  * GQA/MQA: num_heads must be a multiple of num_heads_kv; query head h reads kv head h / (num_heads/num_heads_kv).
  * Causal: bottom-right aligned as in FlashAttention >= 2.1: query row i sees keys j <= i + seqlen_k - seqlen_q.
  *   A row that sees no key (seqlen_q > seqlen_k) gets out = 0 and lse = -inf.
- * head_dim: 64, 128 or 256; head_dim_v 0 means head_dim (and must equal head_dim in this release). */
+ * head_dim, head_dim_v: the pairs fa3jit_capabilities_json() lists; head_dim_v 0 means head_dim. */
 typedef struct fa3jit_forward_params {
   size_t struct_size; /* sizeof(fa3jit_forward_params) as compiled by the caller */
   fa3jit_dtype dtype; /* of q, k, v and out */
@@ -129,10 +137,10 @@ typedef struct fa3jit_forward_params {
   fa3jit_tensor q, k, v, out;
   float* lse;          /* device pointer or NULL */
   float softmax_scale; /* 0 = 1/sqrt(head_dim) */
-  /* NULL: the kernel spec comes from the tile table for (dtype, head_dim, causal). Otherwise a JSON spec
-   * (generator/spec.h; e.g. {"dtype":"bf16","head_dim":128,"tile":{"block_m":128,"block_n":176}}) that must
-   * agree with dtype, head_dim, head_dim_v and causal above. */
-  const char* spec_json;
+  /* Caller-owned device workspace of at least fa3jit_attention_workspace_size() bytes (NULL when that is 0),
+   * so that a call allocates nothing and stays valid inside a CUDA graph. */
+  void* workspace;
+  size_t workspace_bytes;
 } fa3jit_forward_params;
 
 /* Zero-fills *params and sets struct_size. */
@@ -141,24 +149,51 @@ static inline void fa3jit_forward_params_init(fa3jit_forward_params* params) {
   params->struct_size = sizeof(fa3jit_forward_params);
 }
 
-/* Launches the forward kernel on `cuda_stream` (a CUstream / cudaStream_t; NULL = the legacy default
- * stream) of the device that owns the pointers; the first call for a kernel spec compiles it (or loads it
- * from the cache), later calls only launch. Asynchronous: the kernel may still run when this returns;
- * errors of the kernel itself surface at the next synchronisation of the stream.
- * Errors (all argument checks come before the driver is touched):
- *   INVALID_ARGUMENT: runtime or params NULL; struct_size, dtype, causal or softmax_scale (NaN/inf) out of
- *     range; a NULL or misaligned tensor pointer; a stride not a multiple of 16 bytes; a size < 1; head_dim
- *     not 64/128/256; num_heads not a multiple of num_heads_kv; a spec_json that disagrees with the params;
- *   INVALID_SPEC: spec_json does not parse or has a bad field;
- *   UNSUPPORTED: E4M3, head_dim_v != head_dim, or another valid request this release does not implement;
+/* ---- kernels ------------------------------------------------------------------------------------------ */
+
+typedef struct fa3jit_kernel fa3jit_kernel; /* opaque: a compiled and loaded kernel of one spec */
+
+/* Creates the kernel of a JSON spec (any family: "kind", default "attention_fwd"; a "problem" section is
+ * ignored): generates, compiles or fetches it from the cache, and loads it into the driver. Do this once,
+ * before serving; then pass the handle to the launch functions, which read no JSON.
+ * Errors: INVALID_ARGUMENT (NULL arguments); INVALID_SPEC; UNSUPPORTED; COMPILE_FAILED; CACHE; NO_DRIVER;
+ *   DRIVER; INTERNAL. On failure *out is NULL. */
+FA3JIT_API fa3jit_status fa3jit_kernel_create(fa3jit_runtime* runtime, const char* spec_json, fa3jit_kernel** out);
+
+/* Destroys a kernel handle (NULL is ignored). The code stays loaded while its runtime lives. */
+FA3JIT_API void fa3jit_kernel_destroy(fa3jit_kernel* kernel);
+
+/* ---- attention forward --------------------------------------------------------------------------------- */
+
+/* Launches the attention forward on `cuda_stream` (a CUstream / cudaStream_t; NULL = the legacy default
+ * stream) of the device that owns the pointers. `kernel` NULL: the kernel comes from the tile table for
+ * (dtype, head_dim, head_dim_v, causal), chosen once per such class and cached in the runtime (the first call
+ * of a class compiles it or loads it from the cache; later calls only check and launch). `kernel` given: an
+ * attention_fwd kernel from fa3jit_kernel_create whose spec must agree with dtype, head dims and causal.
+ * Asynchronous: the kernel may still run when this returns; errors of the kernel itself surface at the next
+ * synchronisation of the stream. No allocation, synchronisation or compilation once warm (graph-safe).
+ * Errors (argument checks come before anything touches device memory):
+ *   INVALID_ARGUMENT: runtime or params NULL; a stale handle; struct_size, dtype, causal or softmax_scale
+ *     (NaN/inf) out of range; a NULL or misaligned tensor pointer; a stride not a multiple of 16 bytes; a
+ *     size < 1; num_heads not a multiple of num_heads_kv; an extent past its allocation; overlapping
+ *     outputs; a kernel of another family or one that disagrees with the params;
+ *   UNSUPPORTED: a dtype or head dims this build does not generate (see fa3jit_capabilities_json);
  *   COMPILE_FAILED; NO_DRIVER; DRIVER (a driver call or the launch failed); CACHE; INTERNAL. */
-FA3JIT_API fa3jit_status fa3jit_forward(fa3jit_runtime* runtime, const fa3jit_forward_params* params,
-                                        void* cuda_stream);
+FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
+                                                  const fa3jit_forward_params* params, void* cuda_stream);
+
+/* Bytes of workspace a call with these params needs (0 for every attention forward of this release; split-KV
+ * decoding will need some). Reads only the shape fields; no GPU needed.
+ * Errors: INVALID_ARGUMENT (NULL arguments, struct_size). */
+FA3JIT_API fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3jit_forward_params* params,
+                                                         size_t* bytes);
 
 /* ---- compile (warm-up and tooling) ------------------------------------------------------------------- */
 
 #define FA3JIT_KEY_CAPACITY 80          /* the key is 64 hex digits of SHA-256 + NUL */
 #define FA3JIT_KERNEL_NAME_CAPACITY 128
+#define FA3JIT_KIND_CAPACITY 32
+#define FA3JIT_SUMMARY_CAPACITY 128
 
 typedef struct fa3jit_kernel_info {
   size_t struct_size;                          /* sizeof(fa3jit_kernel_info) as compiled by the caller */
@@ -170,17 +205,29 @@ typedef struct fa3jit_kernel_info {
   int32_t spill_store_bytes; /* ptxas spill stores, bytes; -1 = not reported */
   int32_t spill_load_bytes;  /* ptxas spill loads, bytes; -1 = not reported */
   int32_t smem_bytes;        /* dynamic shared memory requested at launch, bytes */
-  int32_t num_threads;       /* threads per block (one producer + consumer warpgroups) */
-  int32_t block_m, block_n;  /* tile */
+  int32_t num_threads;       /* threads per block */
+  char kind[FA3JIT_KIND_CAPACITY];       /* kernel family, e.g. "attention_fwd", NUL-terminated */
+  char summary[FA3JIT_SUMMARY_CAPACITY]; /* e.g. "bf16 d128 causal 128x176 wg2 st2 pingpong overlap" */
 } fa3jit_kernel_info;
 
-/* Generates and compiles (or loads from the cache) the kernel for a JSON spec, without launching it and
- * without a GPU. Use it to warm the cache before serving. `out` may be NULL; if given, its struct_size
+/* Generates and compiles (or loads from the cache) the kernel for a JSON spec of any family, without
+ * launching it and without a GPU. Use it to warm the cache before serving. `out` may be NULL; if given, its struct_size
  * must be set and it is filled on success.
  * Errors: INVALID_ARGUMENT (runtime or spec_json NULL, out->struct_size too small); INVALID_SPEC;
  *   UNSUPPORTED; COMPILE_FAILED; CACHE; INTERNAL. */
 FA3JIT_API fa3jit_status fa3jit_compile_spec(fa3jit_runtime* runtime, const char* spec_json,
                                              fa3jit_kernel_info* out);
+
+/* Fills *out (struct_size set by the caller) with what a kernel handle holds.
+ * Errors: INVALID_ARGUMENT (NULL arguments, a stale handle, struct_size too small). */
+FA3JIT_API fa3jit_status fa3jit_kernel_get_info(const fa3jit_kernel* kernel, fa3jit_kernel_info* out);
+
+/* ---- capabilities -------------------------------------------------------------------------------------- */
+
+/* What this build generates, as JSON: {"abi_version": 2, "version": "...", "families": {"attention_fwd":
+ * {"dtypes": [...], "head_dims": [...], "features": [...]}, ...}}. Static storage; never NULL. Lets a serving
+ * engine choose a backend without trying calls. */
+FA3JIT_API const char* fa3jit_capabilities_json(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

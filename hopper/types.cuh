@@ -1,0 +1,22 @@
+// Basic types for NVRTC-compiled kernels. NVRTC 13 ships no headers (docs/kernel-design.md §5), so the
+// integer typedefs are our own; the tensor-map struct comes from hopper/abi.h.
+#pragma once
+
+#include "hopper/abi.h"
+
+namespace fa3jit {
+
+// Inside our namespace, so the unit also compiles under nvcc, whose host headers define ::int64_t etc.
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef int int32_t;
+typedef long long int64_t;
+
+/// 32-bit shared-memory address of a generic pointer into shared memory.
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+}  // namespace fa3jit

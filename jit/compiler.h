@@ -1,0 +1,50 @@
+// fa3jit compiler: KernelSource -> cubin with NVRTC for sm_90a, and the ptxas resource report.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "jit/emit_util.h"
+
+namespace fa3jit {
+
+/// What ptxas reported for the kernel (parsed from the NVRTC program log, `-Xptxas -v`).
+/// -1 means "not reported".
+struct ResourceReport {
+  int registers = -1;
+  int spill_store_bytes = -1;
+  int spill_load_bytes = -1;
+  int stack_frame_bytes = -1;
+  int static_smem_bytes = -1;
+  int barriers = -1;
+};
+
+/// A compiled kernel image plus everything the runtime needs to load and describe it.
+struct CompiledKernel {
+  std::string kernel_name;
+  std::string cubin;  // ELF bytes for sm_90a
+  std::string ptx;    // PTX text (kept for inspection and tests)
+  ResourceReport report;
+  std::string log;    // full NVRTC program log
+  double compile_ms = 0.0;
+};
+
+/// NVRTC options used for every kernel: sm_90a, -O3 equivalent, --use_fast_math, -DNDEBUG, -std=c++17,
+/// -Xptxas -v (report), --no-cache (the driver compute cache would otherwise swallow the ptxas report).
+const std::vector<std::string>& default_compile_flags();
+
+/// "13.0" etc., from nvrtcVersion.
+std::string nvrtc_version_string();
+
+/// Target architecture string baked into cache keys ("sm_90a").
+inline constexpr const char* kTargetArch = "sm_90a";
+
+/// Compiles with NVRTC. Throws Error(kCompileFailed) with the NVRTC log on failure; every NVRTC return
+/// code is checked.
+CompiledKernel compile_kernel(const KernelSource& source,
+                              const std::vector<std::string>& flags = default_compile_flags());
+
+/// Parses ptxas "-v" lines of `log` for `kernel_name` (the lines after "Compiling entry function '<name>'").
+ResourceReport parse_ptxas_report(const std::string& log, const std::string& kernel_name);
+
+}  // namespace fa3jit

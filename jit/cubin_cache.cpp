@@ -1,0 +1,547 @@
+// fa3jit cubin cache (see cubin_cache.h; design from docs/kernel-design.md §7).
+//
+// Entry file <dir>/<key>.cubin-entry, all integers little-endian:
+//   "FA3JITC1" | u32 format version | u64 key length, key | 32-byte SHA-256 of payload
+//   | u64 payload length | payload
+//   payload = str kernel_name | str cubin | str ptx | 6 x i32 report | str log | f64 compile_ms
+//   (str = u64 length, then the bytes)
+// The key inside the header must equal the key asked for, so an entry copied or renamed onto another key's
+// name is never served. Writers publish with write-to-temp + fsync + rename, so readers see either no file,
+// an old complete file or the new complete file; correctness across processes does not need a lock.
+#include "jit/cubin_cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <optional>
+#include <random>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace fa3jit {
+namespace {
+
+constexpr std::string_view kEntryMagic = "FA3JITC1";
+constexpr uint32_t kEntryFormatVersion = 2;  // 2: the checksum covers the key too
+constexpr std::string_view kEntrySuffix = ".cubin-entry";
+constexpr std::string_view kTempPrefix = ".tmp-";
+constexpr size_t kKeyHexChars = 64;
+constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 30;  // far above any cubin + PTX; guards a garbage length
+constexpr int kStaleTempSeconds = 60;                  // a publish takes milliseconds; older temp files are orphans
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// ---- little-endian serialisation -------------------------------------------------------------------------
+void put_u64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_str(std::string& out, std::string_view s) {
+  put_u64(out, s.size());
+  out.append(s);
+}
+
+// Bounds-checked reader: any read past the end sets ok = false and returns zeros / empty strings.
+struct Reader {
+  std::string_view in;
+  size_t pos = 0;
+  bool ok = true;
+
+  uint64_t uint(int bytes) {
+    if (!ok || in.size() - pos < static_cast<size_t>(bytes)) {
+      ok = false;
+      return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= uint64_t{static_cast<unsigned char>(in[pos + i])} << (8 * i);
+    pos += bytes;
+    return v;
+  }
+  std::string_view bytes(uint64_t n) {
+    if (!ok || in.size() - pos < n) {
+      ok = false;
+      return {};
+    }
+    std::string_view s = in.substr(pos, n);
+    pos += n;
+    return s;
+  }
+  std::string str() { return std::string(bytes(uint(8))); }
+};
+
+std::string sha256_raw(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr) != 1 || len != 32) {
+    throw Error(ErrorCode::kInternal, "OpenSSL EVP_Digest(SHA-256) failed");
+  }
+  return std::string(reinterpret_cast<const char*>(md), len);
+}
+
+std::string encode_entry(const std::string& key, const CompiledKernel& k) {
+  std::string payload;
+  put_str(payload, k.kernel_name);
+  put_str(payload, k.cubin);
+  put_str(payload, k.ptx);
+  for (int v : {k.report.registers, k.report.spill_store_bytes, k.report.spill_load_bytes,
+                k.report.stack_frame_bytes, k.report.static_smem_bytes, k.report.barriers}) {
+    put_u32(payload, static_cast<uint32_t>(v));
+  }
+  put_str(payload, k.log);
+  uint64_t ms_bits = 0;
+  static_assert(sizeof(ms_bits) == sizeof(k.compile_ms));
+  std::memcpy(&ms_bits, &k.compile_ms, sizeof(ms_bits));
+  put_u64(payload, ms_bits);
+
+  std::string out(kEntryMagic);
+  put_u32(out, kEntryFormatVersion);
+  put_str(out, key);
+  out += sha256_raw(key + payload);  // the key is covered: a relabelled entry fails the check
+  put_u64(out, payload.size());
+  out += payload;
+  return out;
+}
+
+// The kernel in `bytes` if it is a complete, intact entry for `key`; otherwise nullopt and `why`.
+std::optional<CompiledKernel> decode_entry(std::string_view bytes, const std::string& key, std::string* why) {
+  const auto reject = [why](std::string reason) {
+    *why = std::move(reason);
+    return std::nullopt;
+  };
+  Reader r{bytes};
+  if (bytes.size() < kEntryMagic.size()) return reject(fmt::format("truncated to {} bytes", bytes.size()));
+  if (r.bytes(kEntryMagic.size()) != kEntryMagic) return reject("not an fa3jit cache entry (bad magic)");
+  const uint64_t version = r.uint(4);
+  if (!r.ok) return reject("truncated header");
+  if (version != kEntryFormatVersion) {
+    return reject(fmt::format("format version {}, this build reads {}", version, kEntryFormatVersion));
+  }
+  const uint64_t key_len = r.uint(8);
+  if (!r.ok || key_len > 1024) return reject("truncated or corrupt header");
+  const std::string_view stored_key = r.bytes(key_len);
+  if (!r.ok) return reject("truncated header");
+  if (stored_key != key) {
+    return reject(fmt::format("foreign entry: it belongs to key {:.12}, not {:.12}", stored_key, key));
+  }
+  const std::string_view checksum = r.bytes(32);
+  const uint64_t payload_len = r.uint(8);
+  if (!r.ok) return reject("truncated header");
+  const uint64_t remaining = bytes.size() - r.pos;
+  if (payload_len != remaining) {
+    return reject(fmt::format("payload is {} bytes, the header says {}", remaining, payload_len));
+  }
+  const std::string_view payload = r.bytes(payload_len);
+  if (sha256_raw(std::string(stored_key) + std::string(payload)) != checksum) return reject("checksum mismatch");
+
+  Reader p{payload};
+  CompiledKernel k;
+  k.kernel_name = p.str();
+  k.cubin = p.str();
+  k.ptx = p.str();
+  for (int* v : {&k.report.registers, &k.report.spill_store_bytes, &k.report.spill_load_bytes,
+                 &k.report.stack_frame_bytes, &k.report.static_smem_bytes, &k.report.barriers}) {
+    *v = static_cast<int>(static_cast<uint32_t>(p.uint(4)));
+  }
+  k.log = p.str();
+  const uint64_t ms_bits = p.uint(8);
+  std::memcpy(&k.compile_ms, &ms_bits, sizeof(ms_bits));
+  // A matching checksum with a malformed payload means a writer bug, not a torn file; still never serve it.
+  if (!p.ok || p.pos != payload.size() || k.kernel_name.empty()) return reject("malformed payload");
+  return k;
+}
+
+// ---- file helpers ------------------------------------------------------------------------------------------
+bool is_valid_key(std::string_view key) {
+  return key.size() == kKeyHexChars &&
+         std::all_of(key.begin(), key.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// Reads the whole file. Missing file: false with `why` empty (a plain miss). Other failures: false and `why`.
+bool read_whole_file(const std::string& path, std::string* out, std::string* why) {
+  // O_NONBLOCK and O_NOFOLLOW: a FIFO or a symlink planted at an entry's name must not block or redirect us.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno != ENOENT) *why = fmt::format("cannot open: {}", errno_text(errno));
+    return false;
+  }
+  struct stat st {};
+  bool ok = ::fstat(fd, &st) == 0;
+  if (!ok) *why = fmt::format("cannot stat: {}", errno_text(errno));
+  if (ok && !S_ISREG(st.st_mode)) {
+    *why = "not a regular file";
+    ok = false;
+  }
+  if (ok && static_cast<uint64_t>(st.st_size) > kMaxEntryBytes) {
+    *why = fmt::format("file is {} bytes, more than any entry", st.st_size);
+    ok = false;
+  }
+  if (ok) {
+    out->resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < out->size()) {
+      const ssize_t n = ::read(fd, out->data() + done, out->size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        *why = fmt::format("read failed: {}", errno_text(errno));
+        ok = false;
+        break;
+      }
+      if (n == 0) break;  // shrank under us; the length check in decode_entry rejects it
+      done += static_cast<size_t>(n);
+    }
+    out->resize(done);
+  }
+  ::close(fd);
+  return ok;
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+std::string random_hex() {
+  // Unique among processes (pid is in the name too) and threads; not security relevant.
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   static_cast<uint64_t>(Clock::now().time_since_epoch().count()));
+  return fmt::format("{:016x}", rng());
+}
+
+// mkdir -p with mode 0700 for the directories it creates (the cache holds code that will run on the GPU).
+bool make_dirs(const std::string& dir, std::string* why) {
+  size_t pos = 0;
+  do {
+    pos = dir.find('/', pos + 1);  // "/a/b" -> "/a", "/a/b"; "a/b" -> "a", "a/b"
+    const std::string part = dir.substr(0, pos);
+    if (::mkdir(part.c_str(), 0700) == 0) continue;
+    const int err = errno;
+    struct stat st {};
+    if (err == EEXIST && ::stat(part.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+    *why = fmt::format("cannot create {}: {}", part, errno_text(err == EEXIST ? ENOTDIR : err));
+    return false;
+  } while (pos != std::string::npos);
+  return true;
+}
+
+bool fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Writes `bytes` to a fresh temp file in `dir`, fsyncs it and renames it to `final_path`. The final name
+// only ever holds a complete file; on failure the temp file is removed and `why` says what went wrong.
+bool publish_file(const std::string& dir, const std::string& tag, const std::string& final_path,
+                  std::string_view bytes, std::string* why) {
+  const std::string tmp = fmt::format("{}/{}{}-{}-{}", dir, kTempPrefix, tag, ::getpid(), random_hex());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *why = fmt::format("cannot create {}: {}", tmp, errno_text(errno));
+    return false;
+  }
+  const auto failed = [&](const char* step) {
+    *why = fmt::format("{} of {} failed: {}", step, tmp, errno_text(errno));
+    return false;
+  };
+  bool ok = write_all(fd, bytes) || failed("write");
+  ok = ok && (::fsync(fd) == 0 || failed("fsync"));
+  ok = (::close(fd) == 0 || failed("close")) && ok;
+  ok = ok && (::rename(tmp.c_str(), final_path.c_str()) == 0 || failed("rename to the entry name"));
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  // Makes the rename itself durable; the entry is already visible and complete, so a failure is harmless.
+  fsync_dir(dir);
+  return true;
+}
+
+// Names of the directory's entries (empty when it cannot be opened).
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  return names;
+}
+
+// "<key>.cubin-entry" -> key, else empty.
+std::string key_of_entry_name(std::string_view name) {
+  if (name.size() != kKeyHexChars + kEntrySuffix.size() || name.substr(kKeyHexChars) != kEntrySuffix) return {};
+  const std::string_view key = name.substr(0, kKeyHexChars);
+  return is_valid_key(key) ? std::string(key) : std::string();
+}
+
+}  // namespace
+
+// ---- public functions ------------------------------------------------------------------------------------
+std::string sha256_hex(const std::string& data) {
+  const std::string raw = sha256_raw(data);
+  std::string hex;
+  hex.reserve(64);
+  for (unsigned char c : raw) hex += fmt::format("{:02x}", c);
+  return hex;
+}
+
+std::string cache_key(const std::string& canonical_spec, const std::string& source,
+                      const std::vector<std::string>& flags, const std::string& nvrtc_version,
+                      const std::string& target_arch, const std::string& generator_version) {
+  // Length prefixes (and the flag count) make the encoding injective: {"ab"} and {"a","b"} differ.
+  std::string buf;
+  put_str(buf, "fa3jit-cache-v1");
+  put_str(buf, canonical_spec);
+  put_str(buf, source);
+  put_u64(buf, flags.size());
+  for (const std::string& f : flags) put_str(buf, f);
+  put_str(buf, nvrtc_version);
+  put_str(buf, target_arch);
+  put_str(buf, generator_version);
+  return sha256_hex(buf);
+}
+
+std::string default_cache_dir() {
+  const auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v == nullptr ? std::string() : std::string(v);
+  };
+  if (std::string d = env("FA3JIT_CACHE_DIR"); !d.empty()) return d;
+  // The XDG spec says relative values are invalid and must be ignored.
+  if (std::string d = env("XDG_CACHE_HOME"); !d.empty() && d.front() == '/') return d + "/fa3jit";
+  if (std::string d = env("HOME"); !d.empty()) return d + "/.cache/fa3jit";
+  return {};
+}
+
+// One per key: single-flight state. `attempts` counts finished attempts so that a waiter can tell that the
+// attempt it waited for ended, even if a new one has started since.
+struct CubinCache::Slot {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false;
+  std::shared_ptr<const CompiledKernel> kernel;
+  std::exception_ptr error;  // the last attempt's failure, handed to every thread that waited for it
+  uint64_t attempts = 0;
+};
+
+CubinCache::CubinCache(std::string dir) : dir_(dir.empty() ? default_cache_dir() : std::move(dir)) {
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  if (dir_.empty()) {
+    log(LogLevel::kWarn,
+        "no cache directory (FA3JIT_CACHE_DIR, XDG_CACHE_HOME and HOME are unset); kernels are cached in memory only");
+    return;
+  }
+  std::string why;
+  bool writable = make_dirs(dir_, &why);
+  // The cache holds code that runs in this process's GPU context: only a directory that nobody else can
+  // write to is trusted for reading and writing.
+  struct stat st {};
+  if (writable && ::stat(dir_.c_str(), &st) == 0 &&
+      (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
+    log(LogLevel::kWarn,
+        fmt::format("cache directory {} is owned by another user or writable by others (mode {:o}); kernels are "
+                    "cached in memory only",
+                    dir_, st.st_mode & 07777));
+    dir_.clear();  // neither read nor written
+    return;
+  }
+  if (writable) {
+    // Creating a file is the only reliable test: access(W_OK) ignores read-only mounts on some filesystems.
+    const std::string probe = fmt::format("{}/{}probe-{}-{}", dir_, kTempPrefix, ::getpid(), random_hex());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      writable = false;
+      why = errno_text(errno);
+    } else {
+      if (!write_all(fd, "x")) {
+        writable = false;
+        why = fmt::format("write failed: {}", errno_text(errno));
+      }
+      ::close(fd);
+      ::unlink(probe.c_str());
+    }
+  }
+  if (!writable) {
+    log(LogLevel::kWarn,
+        fmt::format("cache directory {} is not writable ({}); kernels are cached in memory only", dir_, why));
+    return;
+  }
+  persistent_ = true;
+}
+
+CacheLookup CubinCache::get_or_compile(const std::string& key, const std::function<CompiledKernel()>& compile) {
+  const auto start = Clock::now();
+  if (!is_valid_key(key)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("key '{:.80}' is not a cache key; expected 64 lowercase hex characters from cache_key()", key));
+  }
+  if (!compile) throw Error(ErrorCode::kInvalidArgument, "compile: an empty function was given");
+
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Slot>& s = slots_[key];
+    if (!s) s = std::make_shared<Slot>();
+    slot = s;
+  }
+
+  CacheLookup result;
+  result.key = key;
+  std::unique_lock<std::mutex> lk(slot->mu);
+  if (slot->busy) {
+    const uint64_t seen = slot->attempts;
+    slot->cv.wait(lk, [&] { return slot->attempts != seen; });
+    if (!slot->kernel) std::rethrow_exception(slot->error);
+  }
+  if (slot->kernel) {
+    result.kernel = slot->kernel;
+    result.hit = true;
+    result.ms = ms_since(start);
+    log(LogLevel::kDebug, fmt::format("cache hit (memory) {:.12} {}", key, slot->kernel->kernel_name));
+    return result;
+  }
+  slot->busy = true;
+  lk.unlock();
+
+  // Only this thread works on `key` now; other keys proceed in parallel.
+  std::shared_ptr<const CompiledKernel> kernel;
+  try {
+    const std::string path = fmt::format("{}/{}{}", dir_, key, kEntrySuffix);
+    if (!dir_.empty()) {
+      // Read even when not persistent: a read-only directory can still serve the entries it holds.
+      std::string bytes;
+      std::string why;
+      if (read_whole_file(path, &bytes, &why)) {
+        if (std::optional<CompiledKernel> k = decode_entry(bytes, key, &why)) {
+          kernel = std::make_shared<const CompiledKernel>(std::move(*k));
+          result.hit = true;
+          result.from_disk = true;
+          log(LogLevel::kDebug, fmt::format("cache hit (disk) {:.12} {}", key, kernel->kernel_name));
+        }
+      }
+      if (!kernel && !why.empty()) {
+        log(LogLevel::kInfo, fmt::format("cache entry {} rejected ({}); recompiling", path, why));
+      }
+    }
+    if (!kernel) {
+      const auto t0 = Clock::now();
+      kernel = std::make_shared<const CompiledKernel>(compile());
+      log(LogLevel::kInfo, fmt::format("compiled {:.12} {} in {:.0f} ms", key, kernel->kernel_name, ms_since(t0)));
+      std::string why;
+      if (persistent_ && !publish_file(dir_, key, path, encode_entry(key, *kernel), &why)) {
+        // The directory passed the write test, so this is rare (disk full, removed directory): say it once
+        // loudly per process, then quietly.
+        static std::atomic<bool> warned{false};
+        log(warned.exchange(true) ? LogLevel::kInfo : LogLevel::kWarn,
+            fmt::format("could not write cache entry ({}); the kernel stays in memory only", why));
+      }
+    }
+  } catch (...) {
+    lk.lock();
+    slot->busy = false;
+    slot->error = std::current_exception();
+    ++slot->attempts;
+    slot->cv.notify_all();
+    throw;
+  }
+
+  lk.lock();
+  slot->kernel = kernel;
+  slot->error = nullptr;
+  slot->busy = false;
+  ++slot->attempts;
+  slot->cv.notify_all();
+  lk.unlock();
+
+  result.kernel = std::move(kernel);
+  result.ms = ms_since(start);
+  return result;
+}
+
+std::vector<CacheEntryInfo> CubinCache::list() const {
+  std::vector<CacheEntryInfo> out;
+  if (dir_.empty()) return out;
+  for (const std::string& name : list_dir(dir_)) {
+    const std::string key = key_of_entry_name(name);
+    if (key.empty()) continue;
+    const std::string path = dir_ + "/" + name;
+    std::string bytes;
+    std::string why;
+    std::optional<CompiledKernel> k;
+    if (read_whole_file(path, &bytes, &why)) k = decode_entry(bytes, key, &why);
+    if (!k) {
+      if (!why.empty()) log(LogLevel::kInfo, fmt::format("cache entry {} is not valid ({}); not listed", path, why));
+      continue;
+    }
+    out.push_back(CacheEntryInfo{key, k->kernel_name, static_cast<int64_t>(bytes.size())});
+  }
+  std::sort(out.begin(), out.end(), [](const CacheEntryInfo& a, const CacheEntryInfo& b) { return a.key < b.key; });
+  return out;
+}
+
+size_t CubinCache::clear() {
+  size_t removed = 0;
+  if (!dir_.empty()) {
+    const time_t now = std::time(nullptr);
+    for (const std::string& name : list_dir(dir_)) {
+      const std::string path = dir_ + "/" + name;
+      if (!key_of_entry_name(name).empty()) {
+        if (::unlink(path.c_str()) == 0) ++removed;
+        continue;
+      }
+      // Temp files younger than a minute may belong to a publish in flight in another process.
+      struct stat st {};
+      if (name.rfind(kTempPrefix, 0) == 0 && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          now - st.st_mtime > kStaleTempSeconds) {
+        ::unlink(path.c_str());
+      }
+    }
+  }
+  // Forget finished kernels too, so later lookups compile (and publish) again; slots with a compile in
+  // flight stay, their waiters still need them. Kernels already handed out stay valid (shared_ptr).
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = slots_.begin(); it != slots_.end();) {
+    bool busy = false;
+    {
+      const std::shared_ptr<Slot> slot = it->second;  // keeps the Slot alive past its lock
+      std::lock_guard<std::mutex> slot_lock(slot->mu);
+      busy = slot->busy;
+    }
+    it = busy ? std::next(it) : slots_.erase(it);
+  }
+  log(LogLevel::kInfo, fmt::format("cleared {} cache entries from {}", removed, dir_.empty() ? "memory" : dir_));
+  return removed;
+}
+
+}  // namespace fa3jit

@@ -1,0 +1,72 @@
+// fa3jit cubin cache: content-addressed, atomic, verified, on disk with an in-memory fallback.
+//
+// Key = SHA-256 over the canonical inputs only: canonical kernel spec, generated source, compile flags,
+// NVRTC version, target arch, generator version. No paths, no mtimes (docs: jit-and-cache-lessons).
+// Location: FA3JIT_CACHE_DIR, else $XDG_CACHE_HOME/fa3jit, else ~/.cache/fa3jit.
+// Entry file: <dir>/<key>.cubin-entry, written to a unique temp file, fsynced, renamed into place;
+// it carries a magic, a format version, a SHA-256 of its payload and the key itself, all verified on read.
+// A torn, truncated, corrupted or foreign entry is treated as a miss and rebuilt.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "jit/compiler.h"
+
+namespace fa3jit {
+
+/// Hex SHA-256 of `data`.
+std::string sha256_hex(const std::string& data);
+
+/// Cache key over the canonical inputs (each field length-prefixed, so no two inputs collide by concatenation).
+std::string cache_key(const std::string& canonical_spec, const std::string& source,
+                      const std::vector<std::string>& flags, const std::string& nvrtc_version,
+                      const std::string& target_arch, const std::string& generator_version);
+
+/// Default cache directory from the environment (see above).
+std::string default_cache_dir();
+
+struct CacheLookup {
+  std::shared_ptr<const CompiledKernel> kernel;
+  std::string key;
+  bool hit = false;      // true when served from memory or disk without compiling
+  bool from_disk = false;
+  double ms = 0.0;       // time spent in get_or_compile
+};
+
+struct CacheEntryInfo {
+  std::string key;
+  std::string kernel_name;
+  int64_t bytes = 0;
+};
+
+class CubinCache {
+ public:
+  /// `dir` empty = default_cache_dir(). If the directory cannot be created or written, the cache works
+  /// from memory only and warns once on stderr (never fails).
+  explicit CubinCache(std::string dir = {});
+
+  /// Returns the kernel for `key`: memory, then disk (verified), else calls `compile` once per key in this
+  /// process even when many threads ask at once, and publishes the result atomically.
+  CacheLookup get_or_compile(const std::string& key, const std::function<CompiledKernel()>& compile);
+
+  std::vector<CacheEntryInfo> list() const;
+  /// Removes every entry file (and stale temp files); returns how many entries were removed.
+  size_t clear();
+
+  const std::string& directory() const { return dir_; }
+  bool persistent() const { return persistent_; }
+
+ private:
+  struct Slot;
+  std::string dir_;
+  bool persistent_ = false;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
+};
+
+}  // namespace fa3jit

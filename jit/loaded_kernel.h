@@ -1,0 +1,46 @@
+// A compiled kernel loaded into the driver (a context-independent CUlibrary), its per-context functions with
+// the shared-memory attribute set, and the one launch every family uses: one parameter struct, passed as the
+// kernel's only argument.
+#pragma once
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "jit/compiler.h"
+#include "jit/family.h"
+
+namespace fa3jit {
+
+class LoadedKernel {
+ public:
+  /// Loads the cubin; Error(kNoDriver / kDriverError) when the driver refuses it.
+  LoadedKernel(std::shared_ptr<const CompiledKernel> compiled, LaunchInvariants launch);
+  ~LoadedKernel();
+  LoadedKernel(const LoadedKernel&) = delete;
+  LoadedKernel& operator=(const LoadedKernel&) = delete;
+
+  const LaunchInvariants& launch() const { return launch_; }
+  const CompiledKernel& compiled() const { return *compiled_; }
+
+  /// The function for `ctx`, with its dynamic shared-memory limit raised (once per context).
+  CUfunction function_for(CUcontext ctx);
+
+ private:
+  std::shared_ptr<const CompiledKernel> compiled_;
+  LaunchInvariants launch_;
+  CUlibrary library_ = nullptr;
+  CUkernel kernel_ = nullptr;
+  std::mutex mu_;
+  std::map<CUcontext, CUfunction> functions_;
+};
+
+/// cuLaunchKernelEx of `function` on `stream` with grid (grid_x, 1, 1), the block, shared memory and
+/// cluster of `launch`, and `params` (the family's Params struct) as the only kernel argument.
+/// Error(kDriverError) "launching <what>: ..." when the driver refuses the launch.
+void launch_kernel(CUfunction function, const LaunchInvariants& launch, unsigned grid_x, void* params, CUstream stream,
+                   const char* what);
+
+}  // namespace fa3jit

@@ -1,0 +1,78 @@
+// Kernel body: shared-memory plan, barrier set-up, and the warp-specialised split into one producer
+// warpgroup (registers lowered with setmaxnreg.dec) and Cfg::kConsumerWarpgroups consumer warpgroups
+// (registers raised with setmaxnreg.inc). FA3 paper §3.1 (warp specialisation); register splits from FA3
+// hopper/ (24/240 for two consumer warpgroups, 32/160 for three).
+// The generator (kernels/attention_fwd/emit.cpp) emits, before this file, `struct KernelConfig` and the
+// wgmma_qk / wgmma_pv wrappers, and after it the extern "C" __global__ entry point, whose only argument is
+// `const __grid_constant__ Params` (params.h), which calls attention_forward<KernelConfig>.
+//
+// Where things live (kernels/attention_fwd/device/ unless a path is given):
+//   scheduler.cuh    which tile (m_block, head, batch) a CTA computes; its host half, which sizes the grid and
+//                    fills the scheduler fields of Params, is kernels/attention_fwd/scheduler.{h,cpp}
+//   variant.cuh      the attention variant: key-block range, mask, score transform, row-sum hook; the file to
+//                    open for a sliding window, softcap, sinks or split-KV ranges
+//   mainloop.cuh     producer (TMA into the K/V ring) and consumer KV loop (GEMMs, softmax step, pingpong,
+//                    intra-warpgroup overlap)
+//   softmax.cuh      online softmax; mask.cuh the masking primitive the variant calls
+//   epilogue.cuh     O through shared memory and TMA, LSE from registers
+//   smem_layout.cuh  the shared-memory plan
+//   hopper/          PTX wrappers and the layouts behind the index math: fragment.cuh (which accumulator element
+//                    a register holds), swizzle.cuh (128-byte swizzle), wgmma, tma, mbarrier, warpgroup, cluster
+#pragma once
+
+#include "kernels/attention_fwd/device/epilogue.cuh"
+#include "hopper/cluster.cuh"
+#include "hopper/warpgroup.cuh"
+#include "kernels/attention_fwd/device/mainloop.cuh"
+#include "kernels/attention_fwd/device/variant.cuh"
+
+namespace fa3jit::attention_fwd {
+
+template <class Cfg>
+__device__ __forceinline__ void attention_forward(const Params& params) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const SmemLayout<Cfg> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
+  const int wg = warpgroup_index();
+  const TileCoord tile = tile_for<Cfg::kCausal>(static_cast<int>(blockIdx.x), params);
+  const NBlockRange range = AttentionVariant<Cfg>::n_block_range(tile.m_block, params.seqlen_q, params.seqlen_k);
+
+  if (threadIdx.x == 0) {
+    tma_prefetch_descriptor(&params.tm_q);
+    tma_prefetch_descriptor(&params.tm_k);
+    tma_prefetch_descriptor(&params.tm_v);
+    tma_prefetch_descriptor(&params.tm_o);
+    Mainloop<Cfg>::init_barriers(sm);
+    mbarrier_fence_init();
+  }
+  // With a cluster, the peer CTA multicasts into our stages and arrives on our barriers: both CTAs' barriers
+  // must be initialised before either starts.
+  if constexpr (Cfg::kClusterM > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      Mainloop<Cfg>::produce(sm, &params.tm_q, &params.tm_k, &params.tm_v, tile, tile.head / params.head_group, range);
+    }
+  } else {
+    setmaxnreg_inc<Cfg::kConsumerRegisters>();
+    float o[AccFragment<Cfg::kHeadDimV>::kRegs];
+#pragma unroll
+    for (int i = 0; i < AccFragment<Cfg::kHeadDimV>::kRegs; ++i) o[i] = 0.f;
+    OnlineSoftmax<Cfg::kBlockN> softmax;
+    softmax.init();
+    Mainloop<Cfg>::consume(sm, wg - 1, tile, range, params, o, softmax);
+    store_output<Cfg>(sm, &params.tm_o, wg - 1, tile, params, o, softmax);
+  }
+  // The peer CTA's consumers may still release stages by arriving on our barriers: keep this CTA's shared
+  // memory alive until both are done.
+  if constexpr (Cfg::kClusterM > 1) {
+    __syncwarp();
+    cluster_sync();
+  }
+}
+
+}  // namespace fa3jit::attention_fwd

@@ -1,0 +1,49 @@
+// Tile scheduler: which (m_block, head, batch) tile a CTA computes. The grid is one-dimensional, one CTA
+// per tile, and the hardware dispatches CTAs roughly in index order, so the index order is the schedule:
+//  - non-causal: m_block varies fastest, so the CTAs resident at one time share the K/V of one head in L2;
+//  - causal: the (head, batch) pairs are cut into sections whose K+V fit in L2 (params.section_heads, chosen
+//    by the host), and inside a section the row blocks that see the most keys go first: longest-processing-
+//    time-first order, which fills the tail of the grid with short tiles (FA3's LPT scheduler with L2
+//    sections, docs/kernel-design.md §6).
+// This is the device half. The host half, kernels/attention_fwd/scheduler.{h,cpp} (schedule_tiles), sizes the
+// grid (num_m_blocks * num_heads * batch CTAs) and picks section_heads for L2; tile_for must map exactly those
+// indices onto the tiles, so a new order (or split-KV) changes both halves together.
+#pragma once
+
+#include "hopper/types.cuh"
+#include "kernels/attention_fwd/params.h"
+
+namespace fa3jit::attention_fwd {
+
+struct TileCoord {
+  int m_block;
+  int head;
+  int batch;
+};
+
+template <bool kCausal>
+__device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
+  const int num_m = p.num_m_blocks;
+  int m_block, head_batch;
+  if constexpr (kCausal) {
+    const int pairs = p.num_heads * p.batch;
+    const int per_section = p.section_heads * num_m;
+    const int section = linear / per_section;
+    const int r = linear - section * per_section;
+    const int first = section * p.section_heads;
+    const int count = min(p.section_heads, pairs - first);
+    const int m_rank = r / count;
+    head_batch = first + (r - m_rank * count);
+    m_block = num_m - 1 - m_rank;
+  } else {
+    head_batch = linear / num_m;
+    m_block = linear - head_batch * num_m;
+  }
+  TileCoord t;
+  t.m_block = m_block;
+  t.batch = head_batch / p.num_heads;
+  t.head = head_batch - t.batch * p.num_heads;
+  return t;
+}
+
+}  // namespace fa3jit::attention_fwd

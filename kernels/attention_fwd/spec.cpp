@@ -1,0 +1,270 @@
+// Attention forward spec: capability table, JSON reading, the one validator, canonical form (spec.h).
+//
+// Reading (parse_spec) only turns JSON into a Spec: types, and which of block_m / consumer_warpgroups was
+// given; every rule on the values lives in validate(), which also guards specs built in code.
+#include "kernels/attention_fwd/spec.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/json_fields.h"
+#include "kernels/attention_fwd/tile_table.h"
+
+namespace fa3jit::attention_fwd {
+
+namespace {
+
+using nlohmann::json;
+using namespace json_fields;
+
+[[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::kInvalidSpec, message); }
+
+constexpr int kBlockMs[] = {64, 128, 192};  // one 64-row consumer warpgroup per 64 rows, 1 to 3
+
+template <class T>
+bool contains(const std::vector<T>& values, const T& value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
+}
+
+void check_dtype(DType dtype) {
+  if (contains(capabilities().reserved_dtypes, dtype))
+    throw Error(ErrorCode::kUnsupported, fmt::format("spec field \"dtype\": \"{}\" is not yet supported; supported "
+                                                     "dtypes: {}",
+                                                     dtype_name(dtype), allowed_dtypes()));
+  if (!supports_dtype(dtype))
+    invalid(fmt::format("spec field \"dtype\": {} is not allowed; expected {}", static_cast<int>(dtype),
+                        allowed_dtypes()));
+}
+
+void check_head_dims(int head_dim, int head_dim_v) {
+  if (!contains(capabilities().head_dims, head_dim))
+    invalid(fmt::format("spec field \"head_dim\": {} is not supported; expected {}", head_dim, allowed_head_dims()));
+  if (!supports_head_dims(head_dim, head_dim_v))
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("spec field \"head_dim_v\": {} is not supported; head_dim_v must equal head_dim ({}) in "
+                            "this release",
+                            head_dim_v, head_dim));
+}
+
+DType read_dtype(const json& doc) {
+  if (!doc.contains("dtype")) invalid("spec field \"dtype\" is missing; expected " + allowed_dtypes());
+  const json& value = doc.at("dtype");
+  const std::string name = read_string(value, "dtype", allowed_dtypes());
+  DType dtype{};
+  if (!dtype_from_name(name, dtype))
+    invalid(fmt::format("spec field \"dtype\": {} is not allowed; expected {}", show(value), allowed_dtypes()));
+  check_dtype(dtype);
+  return dtype;
+}
+
+// Any integer: the range is the validator's business, the type is the reader's.
+int read_any_int(const json& doc, const char* path, const std::string& allowed) {
+  const int64_t v = read_int(doc.at(path), path, std::numeric_limits<int>::min(), std::numeric_limits<int>::max(),
+                             allowed);
+  return static_cast<int>(v);
+}
+
+int read_head_dim(const json& doc) {
+  if (!doc.contains("head_dim")) invalid("spec field \"head_dim\" is missing; expected " + allowed_head_dims());
+  return read_any_int(doc, "head_dim", allowed_head_dims());
+}
+
+// block_m and consumer_warpgroups describe the same thing (one consumer warpgroup per 64 rows of Q): the one
+// given determines the other; both given must agree (validate says so); neither given takes the table's.
+void read_tile(const json& doc, const TileDefaults& defaults, Spec& spec) {
+  std::optional<int> block_m, warpgroups;
+  spec.block_n = defaults.block_n;
+  if (doc.contains("tile")) {
+    const json& tile = doc.at("tile");
+    require_object(tile, "tile");
+    reject_unknown_keys(tile, "tile", {"block_m", "block_n"});
+    if (tile.contains("block_m"))
+      block_m = static_cast<int>(read_int(tile.at("block_m"), "tile.block_m", std::numeric_limits<int>::min(),
+                                          std::numeric_limits<int>::max(), "one of 64, 128, 192"));
+    if (tile.contains("block_n"))
+      spec.block_n = static_cast<int>(read_int(tile.at("block_n"), "tile.block_n", std::numeric_limits<int>::min(),
+                                               std::numeric_limits<int>::max(), "a multiple of 16 in [16, 256]"));
+  }
+  if (doc.contains("consumer_warpgroups"))
+    warpgroups = static_cast<int>(read_int(doc.at("consumer_warpgroups"), "consumer_warpgroups",
+                                           std::numeric_limits<int>::min(), std::numeric_limits<int>::max(),
+                                           "an integer in [1, 3]"));
+  if (block_m && warpgroups) {
+    spec.block_m = *block_m;
+    spec.consumer_warpgroups = *warpgroups;
+  } else if (block_m) {
+    spec.block_m = *block_m;
+    spec.consumer_warpgroups = std::max(1, *block_m / 64);
+  } else if (warpgroups) {
+    spec.consumer_warpgroups = *warpgroups;
+    spec.block_m = 64 * std::clamp(*warpgroups, 1, 3);
+  } else {
+    spec.block_m = defaults.block_m;
+    spec.consumer_warpgroups = defaults.consumer_warpgroups;
+  }
+}
+
+bool read_knob(const json& doc, const char* key, bool fallback) {
+  return doc.contains(key) ? read_bool(doc.at(key), key) : fallback;
+}
+
+}  // namespace
+
+const Capabilities& capabilities() {
+  static const Capabilities kCapabilities{
+      {DType::kFp16, DType::kBf16},
+      {DType::kE4m3},
+      {64, 128, 256},
+      false,
+      {"causal", "gqa", "mqa", "lse", "strided"},
+  };
+  return kCapabilities;
+}
+
+bool supports_dtype(DType dtype) noexcept { return contains(capabilities().dtypes, dtype); }
+
+bool supports_head_dims(int head_dim, int head_dim_v) noexcept {
+  return contains(capabilities().head_dims, head_dim) &&
+         (head_dim_v == head_dim || (capabilities().head_dim_v_may_differ &&
+                                     contains(capabilities().head_dims, head_dim_v)));
+}
+
+std::string allowed_head_dims() { return fmt::format("one of {}", fmt::join(capabilities().head_dims, ", ")); }
+
+std::string allowed_dtypes() {
+  std::vector<std::string> names;
+  for (DType d : capabilities().dtypes) names.push_back(fmt::format("\"{}\"", dtype_name(d)));
+  return fmt::format("one of {}", fmt::join(names, ", "));
+}
+
+void validate(const Spec& spec) {
+  check_dtype(spec.dtype);
+  check_head_dims(spec.head_dim, spec.head_dim_v);
+  if (spec.consumer_warpgroups < 1 || spec.consumer_warpgroups > 3)
+    invalid(fmt::format("spec field \"consumer_warpgroups\": {} is not allowed; expected an integer in [1, 3]",
+                        spec.consumer_warpgroups));
+  if (std::find(std::begin(kBlockMs), std::end(kBlockMs), spec.block_m) == std::end(kBlockMs))
+    invalid(fmt::format("spec field \"tile.block_m\": {} is not allowed; expected one of {}", spec.block_m,
+                        fmt::join(kBlockMs, ", ")));
+  if (spec.block_m != 64 * spec.consumer_warpgroups)
+    invalid(fmt::format("spec fields \"tile.block_m\" ({}) and \"consumer_warpgroups\" ({}) disagree; "
+                        "consumer_warpgroups must equal block_m / 64 = {}",
+                        spec.block_m, spec.consumer_warpgroups, spec.block_m / 64));
+  // k16 steps over block_n and a TMA box of at most 256 rows.
+  if (spec.block_n < 16 || spec.block_n > 256 || spec.block_n % 16 != 0)
+    invalid(fmt::format("spec field \"tile.block_n\": {} is not allowed; expected a multiple of 16 in [16, 256]",
+                        spec.block_n));
+  // The barrier area (params.h: kBarrierAreaBytes) holds the barriers of up to 4 stages.
+  if (spec.stages < 2 || spec.stages > 4)
+    invalid(fmt::format("spec field \"stages\": {} is not allowed; expected an integer in [2, 4]", spec.stages));
+  // Pingpong hands GEMM turns round robin between two or three consumer warpgroups around the overlapped
+  // mainloop (device/mainloop.cuh); with one warpgroup it would wait forever for its turn.
+  if (spec.pingpong && !(spec.intra_wg_overlap && spec.consumer_warpgroups >= 2))
+    invalid(fmt::format("spec field \"pingpong\": true is not allowed with intra_wg_overlap {} and consumer_warpgroups "
+                        "{}; pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3",
+                        spec.intra_wg_overlap, spec.consumer_warpgroups));
+  if (spec.cluster_m != 1 && spec.cluster_m != 2)
+    invalid(fmt::format("spec field \"cluster_m\": {} is not allowed; expected 1 or 2", spec.cluster_m));
+  // K/V multicast pairs two CTAs that walk the same KV blocks: only without a causal mask (FA3 likewise).
+  if (spec.cluster_m == 2 && spec.causal)
+    invalid("spec field \"cluster_m\": 2 is not allowed with causal true; the two CTAs of a cluster must visit the "
+            "same KV blocks, expected 1");
+  check_budgets(spec, derive_config(spec));
+}
+
+Spec parse_spec(const json& doc) {
+  require_object(doc, "");
+  if (doc.contains("hadamard"))
+    invalid("spec field \"hadamard\" is not a field of the attention kernel: a rotation of Q and K by the same "
+            "orthogonal matrix cancels in Q.K^T (FA3 paper §3.3), so it belongs to the FP8 quantisation pre-pass");
+  reject_unknown_keys(doc, "",
+                      {"kind", "dtype", "head_dim", "head_dim_v", "causal", "tile", "consumer_warpgroups", "stages",
+                       "pingpong", "intra_wg_overlap", "cluster_m"});
+  if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
+    invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
+  Spec spec;
+  spec.dtype = read_dtype(doc);
+  spec.head_dim = read_head_dim(doc);
+  spec.head_dim_v = doc.contains("head_dim_v") ? read_any_int(doc, "head_dim_v", "equal to head_dim") : spec.head_dim;
+  check_head_dims(spec.head_dim, spec.head_dim_v);  // the tile table is indexed by them
+  spec.causal = read_knob(doc, "causal", false);
+
+  const TileDefaults defaults = default_tile(spec.dtype, spec.head_dim, spec.causal);
+  read_tile(doc, defaults, spec);
+  spec.stages = doc.contains("stages") ? read_any_int(doc, "stages", "an integer in [2, 4]") : defaults.stages;
+  spec.intra_wg_overlap = read_knob(doc, "intra_wg_overlap", defaults.intra_wg_overlap);
+  // The table's pingpong applies only where pingpong can run; asked for explicitly, validate() judges it.
+  spec.pingpong = read_knob(doc, "pingpong",
+                            defaults.pingpong && spec.intra_wg_overlap && spec.consumer_warpgroups >= 2);
+  spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
+                                             : (spec.causal ? 1 : defaults.cluster_m);
+  validate(spec);
+  return spec;
+}
+
+Spec parse_spec(const std::string& json_text) { return parse_spec(parse_text(json_text)); }
+
+Spec default_spec(DType dtype, int head_dim, int head_dim_v, bool causal) {
+  check_dtype(dtype);
+  check_head_dims(head_dim, head_dim_v);
+  const TileDefaults d = default_tile(dtype, head_dim, causal);
+  Spec spec;
+  spec.dtype = dtype;
+  spec.head_dim = head_dim;
+  spec.head_dim_v = head_dim_v;
+  spec.causal = causal;
+  spec.block_m = d.block_m;
+  spec.block_n = d.block_n;
+  spec.consumer_warpgroups = d.consumer_warpgroups;
+  spec.stages = d.stages;
+  spec.intra_wg_overlap = d.intra_wg_overlap;
+  spec.pingpong = d.pingpong && d.intra_wg_overlap && d.consumer_warpgroups >= 2;
+  spec.cluster_m = causal ? 1 : d.cluster_m;
+  validate(spec);
+  return spec;
+}
+
+json canonical_json(const Spec& spec) {
+  // nlohmann::json objects are std::map, so dump() writes the keys sorted.
+  return json{
+      {"kind", kKind},
+      {"dtype", dtype_name(spec.dtype)},
+      {"head_dim", spec.head_dim},
+      {"head_dim_v", spec.head_dim_v},
+      {"causal", spec.causal},
+      {"tile", json{{"block_m", spec.block_m}, {"block_n", spec.block_n}}},
+      {"consumer_warpgroups", spec.consumer_warpgroups},
+      {"stages", spec.stages},
+      {"pingpong", spec.pingpong},
+      {"intra_wg_overlap", spec.intra_wg_overlap},
+      {"cluster_m", spec.cluster_m},
+  };
+}
+
+std::string canonical_string(const Spec& spec) { return canonical_json(spec).dump(); }
+
+std::string spec_summary(const Spec& spec) {
+  std::string text = fmt::format("{} d{}", dtype_name(spec.dtype), spec.head_dim);
+  if (spec.head_dim_v != spec.head_dim) text += fmt::format("/v{}", spec.head_dim_v);
+  if (spec.causal) text += " causal";
+  text += fmt::format(" {}x{} wg{} st{}", spec.block_m, spec.block_n, spec.consumer_warpgroups, spec.stages);
+  if (spec.pingpong) text += " pingpong";
+  if (spec.intra_wg_overlap) text += " overlap";
+  if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
+  return text;
+}
+
+std::string name_token(const Spec& spec) {
+  std::string token = fmt::format("{}_d{}", dtype_name(spec.dtype), spec.head_dim);
+  if (spec.head_dim_v != spec.head_dim) token += fmt::format("v{}", spec.head_dim_v);
+  token += spec.causal ? "_causal" : "_full";
+  return token;
+}
+
+}  // namespace fa3jit::attention_fwd

@@ -1,0 +1,127 @@
+// fa3jit tile table and resource budgets (tile_table.h).
+//
+// Sources: FA3 hopper/tile_size.h (tile_size_fwd_sm90) and flash_fwd_kernel_sm90.h (setmaxnreg split);
+// FA3 paper (arXiv 2407.08608) section 3.1 for the producer/consumer warpgroup layout;
+// docs/kernel-design.md §9 gives the rationale.
+#include "kernels/attention_fwd/tile_table.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace fa3jit::attention_fwd {
+
+namespace {
+
+// setmaxnreg targets per consumer warpgroup count, index = consumer_warpgroups - 1.
+// FA3: 3 consumer WGs -> 32/160, 2 -> 24/240 (TMA K/V). FA3 gives 1 WG 56/256; this build keeps the
+// consumer at 240, the same budget as the 2-warpgroup kernel.
+struct RegisterSplit {
+  int producer;
+  int consumer;
+};
+constexpr RegisterSplit kRegisterSplits[] = {{56, 240}, {24, 240}, {32, 160}};
+
+// Registers ptxas gives every thread at entry for __launch_bounds__(num_threads, 1): the register file
+// divided by the thread count, rounded down to the allocation granularity of 8, capped at 248 (the most
+// a kernel may declare at entry; setmaxnreg moves registers between warpgroups afterwards).
+int pinned_registers_per_thread(int num_threads) {
+  return std::min(248, kRegistersPerSm / num_threads / 8 * 8);
+}
+
+}  // namespace
+
+TileDefaults default_tile(DType dtype, int head_dim, bool causal) {
+  (void)causal;  // the measured best tiles are the same for both masks (bench/NOTES.md)
+  (void)dtype;  // only 16-bit dtypes are generated (spec.cpp: capabilities)
+  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
+  switch (head_dim) {
+    // 3 consumer warpgroups at 160 registers each hold a 192-row tile with block_n 128 (FA3's causal
+    // tile; FA3's non-causal 192x192 needs P through shared memory). Round-robin pingpong over the three
+    // warpgroups: +12.5% on the H200 (559 vs 497 TFLOPS, bf16 8k, bench/NOTES.md).
+    case 64: return {192, 128, 3, 2, true, true};
+    // 128x176 (FA3's non-causal tile, at the shared-memory limit with 2 stages) for both masks: on the H200
+    // it beat 128x128 causal by 2% (651 vs 638 TFLOPS, bf16 8k, bench/NOTES.md); intra-warpgroup overlap
+    // and pingpong on (FA3 paper §3.1-3.2).
+    case 128: return {128, 176, 2, 2, true, true};
+    // 128x80 is at the shared-memory limit with 2 stages (FA3 uses the same tile); pingpong measured
+    // equal or better (760 vs 754 TFLOPS, bf16 8k), so it stays on.
+    case 256: return {128, 80, 2, 2, true, true};
+    default: break;
+  }
+  throw Error(ErrorCode::kInvalidSpec,
+              fmt::format("spec field \"head_dim\": {} is not supported; expected {}", head_dim, allowed_head_dims()));
+}
+
+KernelConfig derive_config(const Spec& spec) {
+  KernelConfig config{};
+  config.spec = spec;
+  const int wg = spec.consumer_warpgroups;
+  config.num_threads = 128 * (wg + 1);
+  config.producer_registers = kRegisterSplits[wg - 1].producer;
+  config.consumer_registers = kRegisterSplits[wg - 1].consumer;
+  if (spec.cluster_m > 1 && wg == 2) {
+    // The multicast producer needs more than 24 registers (ptxas spilled 44 bytes at 24); 40 + 2 * 232 is
+    // the same pool of 3 * 168 registers.
+    config.producer_registers = 40;
+    config.consumer_registers = 232;
+  }
+
+  // Per consumer thread (one row quarter of a 64-row wgmma tile): the fp32 O accumulator holds
+  // head_dim_v/2 values, the fp32 S accumulator block_n/2, P packed to 16 bits block_n/4, plus softmax
+  // state, addresses and loop counters (~28). With intra-warpgroup overlap all three are live at once
+  // (S_j is computed while P_{j-1} feeds the in-flight P.V); without it the same bound is safe.
+  // Checked against ptxas: d128 n176 and d64 n128 (3 warpgroups, 160 registers) compile without spills;
+  // d128 192x96 (estimate 164 with 28, 160 with 24) spills 48 bytes, so the overhead is 28.
+  config.estimated_consumer_registers = spec.head_dim_v / 2 + spec.block_n / 2 + spec.block_n / 4 + 28;
+
+  config.elem_bytes = dtype_size(spec.dtype);
+  config.smem = smem_plan(spec.block_m, spec.block_n, spec.head_dim, spec.head_dim_v, spec.stages, config.elem_bytes);
+  config.smem_bytes = config.smem.launch_bytes;
+  return config;
+}
+
+void check_budgets(const Spec& spec, const KernelConfig& config) {
+  const int wg = spec.consumer_warpgroups;
+  const int pinned = pinned_registers_per_thread(config.num_threads);
+  const int wanted = config.producer_registers + wg * config.consumer_registers;
+  if (wanted > pinned * (wg + 1)) {
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec field \"consumer_warpgroups\": {} needs a register split of producer {} + "
+                            "{} x consumer {} = {} registers per thread slot, over the pool of {} x {} = {}",
+                            wg, config.producer_registers, wg, config.consumer_registers, wanted, wg + 1,
+                            pinned, pinned * (wg + 1)));
+  }
+
+  // Report every resource that does not fit in one message, so the user fixes the spec once.
+  std::vector<std::string> problems;
+  if (config.estimated_consumer_registers > config.consumer_registers) {
+    problems.push_back(fmt::format(
+        "spec fields \"tile.block_n\" ({}), \"head_dim\" ({}) and \"consumer_warpgroups\" ({}) need an "
+        "estimated {} registers per consumer thread{}, over the budget of {} for {} consumer warpgroup{}; "
+        "use a smaller tile.block_n",
+        spec.block_n, spec.head_dim, wg, config.estimated_consumer_registers,
+        spec.intra_wg_overlap ? " (with intra_wg_overlap)" : "", config.consumer_registers, wg,
+        wg == 1 ? "" : "s"));
+  }
+  if (config.smem_bytes > kMaxSharedMemoryPerBlock) {
+    problems.push_back(fmt::format(
+        "spec fields \"stages\" ({}), \"tile\" ({}x{}) and \"head_dim\" ({}) need {} bytes of shared memory, "
+        "over the limit of {} bytes per block; use fewer stages or a smaller tile.block_n",
+        spec.stages, spec.block_m, spec.block_n, spec.head_dim, config.smem_bytes, kMaxSharedMemoryPerBlock));
+  }
+  if (!problems.empty()) {
+    throw Error(ErrorCode::kInvalidSpec, fmt::format("{}", fmt::join(problems, "; also ")));
+  }
+}
+
+KernelConfig make_kernel_config(const Spec& spec) {
+  validate(spec);
+  return derive_config(spec);
+}
+
+}  // namespace fa3jit::attention_fwd

@@ -1,0 +1,54 @@
+// Attention forward tile table and resource budgets: the single source of the default tile per
+// (dtype, head_dim, causal) and of the numbers the kernel and the launcher both derive from a Spec.
+//
+// The generator bakes these numbers into the kernel and the runtime reads the same table to pick a spec for
+// a call, as FA3's tile_size_fwd_sm90() is shared by its host heuristics and kernels (FA3 hopper/tile_size.h;
+// FA3 paper section 3).
+#pragma once
+
+#include "kernels/attention_fwd/params.h"
+#include "kernels/attention_fwd/spec.h"
+
+namespace fa3jit::attention_fwd {
+
+/// Hopper limits used by the budgets (H100/H200, sm_90a).
+inline constexpr int kMaxSharedMemoryPerBlock = 232448;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+inline constexpr int kRegistersPerSm = 65536;
+
+/// Defaults for the kernel fields that a spec may leave out.
+struct TileDefaults {
+  int block_m;
+  int block_n;
+  int consumer_warpgroups;
+  int stages;
+  bool pingpong;
+  bool intra_wg_overlap;
+  int cluster_m = 1;
+};
+
+/// Default tile for (dtype, head_dim, causal); head_dim must be one of capabilities().head_dims.
+TileDefaults default_tile(DType dtype, int head_dim, bool causal);
+
+/// Numbers derived from a valid Spec that the kernel and the launcher both need.
+struct KernelConfig {
+  Spec spec;
+  int num_threads;             // 128 * (consumer_warpgroups + 1): one producer warpgroup
+  int producer_registers;      // setmaxnreg.dec target of the producer warpgroup
+  int consumer_registers;      // setmaxnreg.inc target of each consumer warpgroup
+  int elem_bytes;              // of q, k, v (core/dtype.h)
+  SmemPlan smem;               // params.h: the plan the device code reads too
+  int smem_bytes;              // smem.launch_bytes: dynamic shared memory requested at launch
+  int estimated_consumer_registers;  // accumulators + P + overhead, checked against consumer_registers
+};
+
+/// Pure arithmetic on a spec whose fields are in range (validate() checks that first).
+KernelConfig derive_config(const Spec& spec);
+
+/// The resource part of validate(): throws Error(kInvalidSpec) when shared memory exceeds
+/// kMaxSharedMemoryPerBlock or the register estimate exceeds the setmaxnreg budget, naming the fields.
+void check_budgets(const Spec& spec, const KernelConfig& config);
+
+/// validate(spec), then derive_config(spec): the way every stage gets a KernelConfig.
+KernelConfig make_kernel_config(const Spec& spec);
+
+}  // namespace fa3jit::attention_fwd

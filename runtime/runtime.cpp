@@ -1,0 +1,83 @@
+// The generic runtime (runtime.h): request -> compiled (NVRTC or cache) -> loaded, once per identity.
+#include "runtime/runtime.h"
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "jit/compiler.h"
+
+namespace fa3jit {
+
+namespace {
+std::atomic<uint64_t> g_next_runtime_id{1};
+std::atomic<int> g_next_state_index{0};
+}  // namespace
+
+struct Runtime::Impl {
+  explicit Impl(const RuntimeOptions& o) : cache(o.cache_dir) {}
+  CubinCache cache;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<LoadedKernel>> loaded;  // by canonical spec
+  std::mutex state_mu;
+  std::vector<std::shared_ptr<void>> states;
+};
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)), id_(g_next_runtime_id++) {}
+Runtime::~Runtime() = default;
+
+CubinCache& Runtime::cache() { return impl_->cache; }
+
+int Runtime::next_state_index() { return g_next_state_index++; }
+
+void* Runtime::state_slot(int index, std::shared_ptr<void> (*make)()) {
+  std::lock_guard<std::mutex> lock(impl_->state_mu);
+  if (static_cast<int>(impl_->states.size()) <= index) impl_->states.resize(index + 1);
+  if (!impl_->states[index]) impl_->states[index] = make();
+  return impl_->states[index].get();
+}
+
+PreparedKernel Runtime::prepare(const KernelRequest& request) {
+  PreparedKernel out;
+  out.request = request;
+  const KernelSource& source = request.source;
+  out.key = cache_key(request.canonical, source.code, default_compile_flags(), nvrtc_version_string(), kTargetArch,
+                      kGeneratorVersion);
+  CacheLookup lookup = impl_->cache.get_or_compile(out.key, [&] { return compile_kernel(source); });
+  if (lookup.kernel->kernel_name != source.kernel_name)
+    throw Error(ErrorCode::kCacheError,
+                fmt::format("the cache entry for key {:.12} in {} holds kernel {}, not {}; it was not written by this "
+                            "fa3jit for this spec: run `fa3jit cache clear`",
+                            out.key, impl_->cache.directory(), lookup.kernel->kernel_name, source.kernel_name));
+  out.cache_hit = lookup.hit;
+  out.ms = lookup.ms;
+  out.compiled = lookup.kernel;
+  const ResourceReport& r = out.compiled->report;
+  if (r.spill_store_bytes > 0 || r.spill_load_bytes > 0)
+    log(LogLevel::kWarn, fmt::format("kernel {} spills registers ({} bytes stored, {} loaded): expect it to be slow",
+                                     source.kernel_name, r.spill_store_bytes, r.spill_load_bytes));
+  return out;
+}
+
+PreparedKernel Runtime::prepare(const std::string& spec_json) {
+  return prepare(request_for(parse_spec_document(spec_json)));
+}
+
+std::shared_ptr<LoadedKernel> Runtime::load(const KernelRequest& request) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->loaded.find(request.canonical);
+    if (it != impl_->loaded.end()) return it->second;
+  }
+  PreparedKernel prepared = prepare(request);  // compiles outside the lock; the cache compiles once per key
+  auto kernel = std::make_shared<LoadedKernel>(prepared.compiled, request.launch);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->loaded.emplace(request.canonical, std::move(kernel)).first->second;
+}
+
+}  // namespace fa3jit

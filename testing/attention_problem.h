@@ -1,0 +1,73 @@
+// One attention forward problem on the device, for the CLI (`run`, `bench`, `tune`) and the GPU tests: seeded
+// inputs (FA3's outlier distribution), host copies for the float64 reference, poisoned outputs, a launch
+// through the runtime (tile-table kernel or an explicit one), the check against the reference with FA3's
+// rule, and event timing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_fwd/launch.h"
+#include "testing/device_memory.h"
+#include "testing/problem.h"
+#include "testing/reference.h"
+
+namespace fa3jit::testing {
+
+struct ProblemShape {
+  DType dtype = DType::kBf16;
+  int64_t batch = 1, seqlen_q = 1, seqlen_k = 1, num_heads = 1, num_heads_kv = 1, head_dim = 128;
+  bool causal = false;
+  int64_t head_dim_v = 0;  // 0 = head_dim
+};
+
+/// The shape of a spec file's problem.
+ProblemShape shape_of(const AttentionCase& c);
+
+struct Timing {
+  double median_ms = 0.0, min_ms = 0.0, max_ms = 0.0;
+  int iters = 0;
+  double tflops = 0.0;  // flops() / median
+};
+
+class AttentionProblem {
+ public:
+  /// Fills q, k, v with fill_fa3_distribution (seeds seed, seed+1, seed+2), all contiguous in the
+  /// (batch, seqlen, heads, dim) layout, and uploads them; out and lse are allocated. Needs the current
+  /// context of the target device.
+  AttentionProblem(const ProblemShape& shape, uint64_t seed);
+
+  /// Arguments of the forward call; softmax_scale is passed explicitly (1/sqrt(head_dim)) so the kernel and
+  /// the reference use the same float.
+  attention_fwd::ForwardArgs args() const;
+
+  /// Poisons out and lse with 0xFF bytes (NaN in every dtype), launches once on the default stream (the
+  /// tile-table kernel, or `kernel`), synchronises and copies out and lse back.
+  void run(Runtime& runtime, const attention_fwd::Kernel* kernel = nullptr);
+
+  /// Checks `rows` (all rows when empty) against the float64 reference.
+  CheckResult check(std::vector<RowIndex> rows = {}) const;
+  /// Checks `random_rows` random rows plus the first and last m-block (of `block_m` rows) of the last head.
+  CheckResult check_sampled(int64_t block_m, int64_t random_rows, uint64_t seed) const;
+
+  /// Times `iters` calls after `warmup` untimed ones; each call is bracketed by its own event pair and the
+  /// median is reported (robust to a stray slow launch).
+  Timing time(Runtime& runtime, const attention_fwd::Kernel* kernel, int warmup, int iters) const;
+
+  /// FLOPs of one call, FA3's convention: 2 * batch * num_heads * seqlen_q * seqlen_k * (head_dim +
+  /// head_dim_v), halved for causal (as FA3's benchmark does even when seqlen_q != seqlen_k).
+  double flops() const;
+
+  ProblemShape shape;
+  float softmax_scale;
+  HostTensor q, k, v, out;
+  std::vector<float> lse;
+  DeviceBuffer d_q, d_k, d_v, d_out, d_lse;
+};
+
+/// True when a GPU is usable (driver + device); on true also makes device `device`'s primary context
+/// current. Error(kInvalidArgument) when `device` is out of range.
+bool open_gpu(int device);
+
+}  // namespace fa3jit::testing

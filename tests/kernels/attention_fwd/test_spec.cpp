@@ -1,0 +1,739 @@
+// Attention forward spec: parsing, the one validator, canonical form, capabilities and tile table
+// (kernels/attention_fwd/spec.h, tile_table.h).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "kernels/attention_fwd/spec.h"
+#include "kernels/attention_fwd/tile_table.h"
+#include "testing/problem.h"
+
+using fa3jit::DType;
+using fa3jit::Error;
+using fa3jit::ErrorCode;
+using fa3jit::attention_fwd::Spec;
+namespace af = fa3jit::attention_fwd;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// parse_spec is overloaded on json and std::string; a string literal would be ambiguous.
+Spec parse(const std::string& text) { return af::parse_spec(text); }
+
+// A spec that leaves every kernel field to the tile table.
+std::string table_default_spec(DType dtype, int head_dim, bool causal) {
+  return nlohmann::json{{"dtype", fa3jit::dtype_name(dtype)}, {"head_dim", head_dim}, {"causal", causal}}.dump();
+}
+
+struct BadCase {
+  const char* name;
+  const char* json;
+  ErrorCode code;
+  std::vector<std::string> fragments;  // each must appear in the message: field, value, what is allowed
+};
+
+const std::vector<BadCase> kBadCases = {
+    {"syntax error", R"({"dtype": "bf16", "head_dim": 128,)", ErrorCode::kInvalidSpec,
+     {"not valid JSON", "parse error", "line 1"}},
+    {"non-object", R"([1, 2])", ErrorCode::kInvalidSpec, {"must be a JSON object", "[1,2]"}},
+    {"non-object scalar", R"(42)", ErrorCode::kInvalidSpec, {"must be a JSON object", "42"}},
+    {"duplicate key", R"({"dtype": "bf16", "head_dim": 128, "head_dim": 64})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "twice"}},
+    {"unknown tile key", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_k": 64}})",
+     ErrorCode::kInvalidSpec, {"\"tile.block_k\"", "unknown", "block_m, block_n"}},
+    {"missing dtype", R"({"head_dim": 128})", ErrorCode::kInvalidSpec, {"\"dtype\"", "missing", "\"fp16\", \"bf16\""}},
+    {"missing head_dim", R"({"dtype": "fp16"})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "missing", "64, 128, 256"}},
+    {"dtype wrong type", R"({"dtype": 16, "head_dim": 128})", ErrorCode::kInvalidSpec,
+     {"\"dtype\"", "16", "wrong type", "\"fp16\", \"bf16\""}},
+    {"dtype fp32", R"({"dtype": "fp32", "head_dim": 128})", ErrorCode::kInvalidSpec,
+     {"\"dtype\"", "\"fp32\"", "\"fp16\", \"bf16\""}},
+    {"dtype e4m3", R"({"dtype": "e4m3", "head_dim": 128})", ErrorCode::kUnsupported,
+     {"\"dtype\"", "\"e4m3\"", "not yet supported", "\"fp16\", \"bf16\""}},
+    {"head_dim 80 (B5)", R"({"dtype": "bf16", "head_dim": 80})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "80", "64, 128, 256"}},
+    {"head_dim negative", R"({"dtype": "bf16", "head_dim": -128})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "-128", "64, 128, 256"}},
+    {"head_dim float", R"({"dtype": "bf16", "head_dim": 128.5})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "128.5", "wrong type", "integer", "64, 128, 256"}},
+    {"head_dim string", R"({"dtype": "bf16", "head_dim": "128"})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "\"128\"", "wrong type"}},
+    {"head_dim_v differs", R"({"dtype": "bf16", "head_dim": 128, "head_dim_v": 64})", ErrorCode::kUnsupported,
+     {"\"head_dim_v\"", "64", "must equal head_dim (128)", "in this release"}},
+    {"causal string", R"({"dtype": "bf16", "head_dim": 128, "causal": "yes"})", ErrorCode::kInvalidSpec,
+     {"\"causal\"", "\"yes\"", "wrong type", "true or false"}},
+    // A rotation of Q and K cancels in Q.K^T: Hadamard belongs to the FP8 pre-pass, not this kernel.
+    {"hadamard", R"({"dtype": "bf16", "head_dim": 128, "hadamard": false})", ErrorCode::kInvalidSpec,
+     {"\"hadamard\"", "not a field of the attention kernel", "pre-pass"}},
+    {"problem is no kernel field", R"({"dtype": "bf16", "head_dim": 128, "problem": {"seqlen_q": 1}})",
+     ErrorCode::kInvalidSpec, {"\"problem\"", "unknown"}},
+    {"kind of another family", R"({"kind": "attention_combine", "dtype": "bf16", "head_dim": 128})",
+     ErrorCode::kInvalidSpec, {"\"kind\"", "\"attention_combine\"", "\"attention_fwd\""}},
+    {"kind wrong type", R"({"kind": 3, "dtype": "bf16", "head_dim": 128})", ErrorCode::kInvalidSpec,
+     {"\"kind\"", "3", "wrong type"}},
+    {"tile not object", R"({"dtype": "bf16", "head_dim": 128, "tile": [128, 128]})", ErrorCode::kInvalidSpec,
+     {"\"tile\"", "[128,128]", "object"}},
+    {"block_m 96", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 96}})", ErrorCode::kInvalidSpec,
+     {"\"tile.block_m\"", "96", "64, 128, 192"}},
+    {"block_n not multiple of 16", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 100}})",
+     ErrorCode::kInvalidSpec, {"\"tile.block_n\"", "100", "a multiple of 16 in [16, 256]"}},
+    {"block_n too large", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_n": 272}})",
+     ErrorCode::kInvalidSpec, {"\"tile.block_n\"", "272", "a multiple of 16 in [16, 256]"}},
+    {"block_n zero", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_n": 0}})", ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\"", "0", "a multiple of 16 in [16, 256]"}},
+    {"consumer_warpgroups 4", R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 4})",
+     ErrorCode::kInvalidSpec, {"\"consumer_warpgroups\"", "4", "[1, 3]"}},
+    {"block_m / consumer_warpgroups mismatch",
+     R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 128}, "consumer_warpgroups": 3})",
+     ErrorCode::kInvalidSpec, {"\"tile.block_m\" (128)", "\"consumer_warpgroups\" (3)", "block_m / 64 = 2"}},
+    {"stages 1", R"({"dtype": "bf16", "head_dim": 128, "stages": 1})", ErrorCode::kInvalidSpec,
+     {"\"stages\"", "1", "[2, 4]"}},
+    {"stages 5", R"({"dtype": "bf16", "head_dim": 128, "stages": 5})", ErrorCode::kInvalidSpec,
+     {"\"stages\"", "5", "[2, 4]"}},
+    // The d128 default tile 128x176 (both masks) is at the shared-memory limit with 2 stages:
+    // 32768 + 3 * (45056 + 45056) + 1280 bytes.
+    {"smem overflow d128 non-causal stages 3", R"({"dtype": "bf16", "head_dim": 128, "stages": 3})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"tile\" (128x176)", "\"head_dim\" (128)", "304384 bytes", "232448"}},
+    // 32768 + 4 * (45056 + 45056) + 1280 bytes.
+    {"smem overflow d128 non-causal stages 4", R"({"dtype": "bf16", "head_dim": 128, "stages": 4})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (4)", "\"tile\" (128x176)", "\"head_dim\" (128)", "394496 bytes", "232448"}},
+    // The causal default is the same 128x176 tile: 32768 + 3 * 90112 + 1280 and 32768 + 4 * 90112 + 1280 bytes.
+    {"smem overflow d128 causal stages 3", R"({"dtype": "fp16", "head_dim": 128, "causal": true, "stages": 3})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"tile\" (128x176)", "\"head_dim\" (128)", "304384 bytes", "232448"}},
+    {"smem overflow d128 causal stages 4", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "stages": 4})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (4)", "\"tile\" (128x176)", "\"head_dim\" (128)", "394496 bytes", "232448"}},
+    // The 128x128 causal tile, asked for explicitly: 32768 + 4 * (32768 + 32768) + 1280 bytes (3 stages fit).
+    {"smem overflow d128 causal block_n 128 stages 4",
+     R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}, "stages": 4})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (4)", "\"tile\" (128x128)", "\"head_dim\" (128)", "296192 bytes", "232448"}},
+    // The d256 default 128x80: 65536 + 3 * (40960 + 40960) + 1280 bytes.
+    {"smem overflow d256 default tile stages 3", R"({"dtype": "bf16", "head_dim": 256, "causal": true, "stages": 3})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"tile\" (128x80)", "\"head_dim\" (256)", "312576 bytes", "232448"}},
+    // 65536 + 3 * (32768 + 32768) + 1280 bytes.
+    {"smem overflow d256 stages 3", R"({"dtype": "fp16", "head_dim": 256, "tile": {"block_n": 64}, "stages": 3})",
+     ErrorCode::kInvalidSpec, {"\"stages\" (3)", "\"head_dim\" (256)", "263424 bytes", "232448"}},
+    // Registers 128/2 + 128/2 + 128/4 + 28 = 252 > 240 and smem 65536 + 2 * 131072 + 1280: both reported.
+    {"smem and registers d256 block_n 128", R"({"dtype": "bf16", "head_dim": 256, "tile": {"block_n": 128}})",
+     ErrorCode::kInvalidSpec,
+     {"328960 bytes", "232448", "estimated 252 registers", "(with intra_wg_overlap)", "budget of 240", "; also "}},
+    // Registers 64 + 128 + 64 + 28 = 284 > 240 and smem 32768 + 2 * 131072 + 1280 = 296192.
+    {"smem and registers d128 block_n 256", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 256}})",
+     ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (256)", "\"head_dim\" (128)", "estimated 284", "budget of 240", "296192 bytes"}},
+    // d256 128x112 sits exactly at the register budget (128 + 56 + 28 + 28 = 240) but needs
+    // 65536 + 2 * (57344 + 57344) + 1280 = 296192 bytes: only shared memory is reported.
+    {"smem overflow d256 block_n 112 at the register budget",
+     R"({"dtype": "bf16", "head_dim": 256, "tile": {"block_n": 112}})", ErrorCode::kInvalidSpec,
+     {"\"tile\" (128x112)", "\"head_dim\" (256)", "296192 bytes", "232448"}},
+    // 3 consumer warpgroups, budget 160: 32 + 72 + 36 + 28 = 168 (block_n 128 gives 156 and fits).
+    {"register overflow d64 wg3 block_n 144", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_n": 144}})",
+     ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (144)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (3)", "estimated 168",
+      "budget of 160 for 3 consumer warpgroups"}},
+    // 64 + 56 + 28 + 28 = 176 > 160.
+    {"register overflow d128 wg3 block_n 112",
+     R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 112}})", ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (112)", "\"head_dim\" (128)", "\"consumer_warpgroups\" (3)", "estimated 176", "budget of 160"}},
+    // 64 + 48 + 24 + 28 = 164 > 160: the tile that spilled 48 bytes in ptxas when the estimate said 160
+    // (block_n 80 gives 152 and fits).
+    {"register overflow d128 wg3 block_n 96",
+     R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 96}})", ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (96)", "\"head_dim\" (128)", "\"consumer_warpgroups\" (3)", "estimated 164",
+      "budget of 160 for 3 consumer warpgroups"}},
+    // 2 consumer warpgroups, budget 240: 32 + 128 + 64 + 28 = 252; smem 16384 + 2 * 65536 + 1280 fits.
+    {"register overflow d64 wg2 block_n 256", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 128, "block_n": 256}})",
+     ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (256)", "\"head_dim\" (64)", "\"consumer_warpgroups\" (2)", "estimated 252",
+      "budget of 240 for 2 consumer warpgroups"}},
+    // 1 consumer warpgroup, budget 240: the same 252; the estimate does not depend on intra_wg_overlap.
+    {"register overflow d64 wg1 block_n 256 without overlap",
+     R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 64, "block_n": 256}, "intra_wg_overlap": false})",
+     ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\" (256)", "\"consumer_warpgroups\" (1)", "estimated 252", "budget of 240 for 1 consumer warpgroup;"}},
+    // Pingpong hands GEMM turns round robin between two or three warpgroups of the overlapped mainloop.
+    {"pingpong without intra_wg_overlap",
+     R"({"dtype": "bf16", "head_dim": 128, "pingpong": true, "intra_wg_overlap": false})", ErrorCode::kInvalidSpec,
+     {"spec field \"pingpong\": true is not allowed", "intra_wg_overlap false and consumer_warpgroups 2;",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3"}},
+    {"pingpong with 3 warpgroups without intra_wg_overlap",
+     R"({"dtype": "fp16", "head_dim": 64, "pingpong": true, "intra_wg_overlap": false})", ErrorCode::kInvalidSpec,
+     {"\"pingpong\"", "intra_wg_overlap false and consumer_warpgroups 3;",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3"}},
+    {"pingpong with 1 warpgroup", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}, "pingpong": true})",
+     ErrorCode::kInvalidSpec,
+     {"\"pingpong\"", "intra_wg_overlap true and consumer_warpgroups 1;",
+      "pingpong needs intra_wg_overlap true and consumer_warpgroups 2 or 3"}},
+    {"pingpong with 1 warpgroup and no overlap",
+     R"({"dtype": "bf16", "head_dim": 256, "consumer_warpgroups": 1, "intra_wg_overlap": false, "pingpong": true})",
+     ErrorCode::kInvalidSpec,
+     {"\"pingpong\"", "intra_wg_overlap false and consumer_warpgroups 1;", "consumer_warpgroups 2 or 3"}},
+    {"pingpong wrong type", R"({"dtype": "bf16", "head_dim": 128, "pingpong": 1})", ErrorCode::kInvalidSpec,
+     {"\"pingpong\"", "1", "wrong type", "true or false"}},
+    {"cluster_m out of range", R"({"dtype": "bf16", "head_dim": 128, "cluster_m": 4})", ErrorCode::kInvalidSpec,
+     {"\"cluster_m\"", "4", "1 or 2"}},
+    {"cluster_m wrong type", R"({"dtype": "bf16", "head_dim": 128, "cluster_m": "2"})", ErrorCode::kInvalidSpec,
+     {"\"cluster_m\"", "\"2\""}},
+    {"cluster_m 2 with a causal mask", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "cluster_m": 2})",
+     ErrorCode::kInvalidSpec, {"\"cluster_m\"", "2", "causal true", "expected 1"}},
+    {"intra_wg_overlap wrong type", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": "true"})",
+     ErrorCode::kInvalidSpec, {"\"intra_wg_overlap\"", "\"true\"", "wrong type", "true or false"}},
+};
+
+struct GoodCase {
+  const char* name;
+  const char* json;
+  DType dtype;
+  int head_dim, block_m, block_n, consumer_warpgroups, stages;
+  bool causal, pingpong, intra_wg_overlap;
+};
+
+const std::vector<GoodCase> kGoodCases = {
+    // Tile table defaults: d128 128x176 for both masks, d256 128x80, both with overlap and pingpong;
+    // d64 192x128 with 3 warpgroups, overlap and round-robin pingpong.
+    {"bf16 d128 defaults", R"({"dtype": "bf16", "head_dim": 128})", DType::kBf16, 128, 128, 176, 2, 2, false, true,
+     true},
+    {"bf16 d128 causal defaults", R"({"dtype": "bf16", "head_dim": 128, "causal": true})", DType::kBf16, 128, 128, 176,
+     2, 2, true, true, true},
+    {"fp16 d64 defaults", R"({"dtype": "fp16", "head_dim": 64})", DType::kFp16, 64, 192, 128, 3, 2, false, true, true},
+    {"fp16 d64 causal defaults", R"({"dtype": "fp16", "head_dim": 64, "causal": true})", DType::kFp16, 64, 192, 128,
+     3, 2, true, true, true},
+    {"bf16 d256 defaults", R"({"dtype": "bf16", "head_dim": 256})", DType::kBf16, 256, 128, 80, 2, 2, false, true,
+     true},
+    {"fp16 d256 causal defaults", R"({"dtype": "fp16", "head_dim": 256, "causal": true})", DType::kFp16, 256, 128, 80,
+     2, 2, true, true, true},
+    // One warpgroup: the table's pingpong does not apply and is dropped without an error.
+    {"block_m alone sets consumer_warpgroups", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}})",
+     DType::kBf16, 128, 64, 176, 1, 2, false, false, true},
+    {"block_m 64 causal", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_m": 64}})",
+     DType::kBf16, 128, 64, 176, 1, 2, true, false, true},
+    // 128 + 40 + 20 + 28 = 216 registers, 32768 + 2 * 81920 + 1280 = 197888 bytes.
+    {"block_m 64 at d256 drops the pingpong default", R"({"dtype": "fp16", "head_dim": 256, "tile": {"block_m": 64}})",
+     DType::kFp16, 256, 64, 80, 1, 2, false, false, true},
+    {"consumer_warpgroups alone sets block_m", R"({"dtype": "bf16", "head_dim": 64, "consumer_warpgroups": 2})",
+     DType::kBf16, 64, 128, 128, 2, 2, false, true, true},
+    {"block_m and consumer_warpgroups agree",
+     R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 192, "block_n": 64}, "consumer_warpgroups": 3})",
+     DType::kBf16, 64, 192, 64, 3, 2, false, true, true},
+    // Three warpgroups at d128: 64 + 40 + 20 + 28 = 152 registers, the largest block_n under the budget of
+    // 160 (block_n 96 gives 164). Pingpong now runs with 3 warpgroups, so the d128 table default applies.
+    {"d128 wg3 block_n 80 keeps the pingpong default",
+     R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 80}})", DType::kBf16, 128, 192,
+     80, 3, 2, false, true, true},
+    {"d128 wg3 pingpong opt-out", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 64}, "pingpong": false})",
+     DType::kBf16, 128, 192, 64, 3, 2, false, false, true},
+    // Pingpong round robin over 3 warpgroups: 156 registers at the d64 default tile, 140 at d128 192x64.
+    {"pingpong spelled out at the d64 default (3 warpgroups)", R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})",
+     DType::kFp16, 64, 192, 128, 3, 2, false, true, true},
+    {"pingpong opt-in at d64 causal (3 warpgroups)",
+     R"({"dtype": "bf16", "head_dim": 64, "causal": true, "consumer_warpgroups": 3, "pingpong": true})", DType::kBf16,
+     64, 192, 128, 3, 2, true, true, true},
+    {"pingpong with 3 warpgroups at d128 block_m 192",
+     R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 192, "block_n": 64}, "pingpong": true})", DType::kBf16,
+     128, 192, 64, 3, 2, false, true, true},
+    // Exactly at the 240 budget of 2 warpgroups: 32 + 120 + 60 + 28 = 240 registers,
+    // 16384 + 2 * (30720 + 30720) + 1280 = 140544 bytes.
+    {"d64 128x240 at the register budget", R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 128, "block_n": 240}})",
+     DType::kBf16, 64, 128, 240, 2, 2, false, true, true},
+    {"pingpong opt-out at the d64 default", R"({"dtype": "bf16", "head_dim": 64, "pingpong": false})", DType::kBf16, 64,
+     192, 128, 3, 2, false, false, true},
+    // The 128x128 causal tile (whole diagonal blocks) on request: 64 + 64 + 32 + 28 = 188 registers,
+    // 32768 + 2 * 65536 + 1280 = 165120 bytes of smem; the table's pingpong and overlap still apply.
+    {"d128 causal 128x128 explicit", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})",
+     DType::kBf16, 128, 128, 128, 2, 2, true, true, true},
+    // 64 + 96 + 48 + 28 = 236 registers, 32768 + 2 * 98304 + 1280 = 229376 bytes: the largest d128 block_n.
+    {"d128 128x192 fits", R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 192}})", DType::kBf16, 128, 128,
+     192, 2, 2, false, true, true},
+    // 32768 + 3 * 65536 + 1280 = 230656 bytes; the default block_n 176 would not fit 3 stages.
+    {"d128 causal block_n 128 stages 3 fits",
+     R"({"dtype": "fp16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}, "stages": 3})", DType::kFp16, 128,
+     128, 128, 2, 3, true, true, true},
+    {"d128 block_n 128 stages 3 fits", R"({"dtype": "fp16", "head_dim": 128, "tile": {"block_n": 128}, "stages": 3})",
+     DType::kFp16, 128, 128, 128, 2, 3, false, true, true},
+    {"d64 stages 4 fits", R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}, "stages": 4})", DType::kFp16,
+     64, 128, 128, 2, 4, false, true, true},
+    {"explicit false knobs and head_dim_v",
+     R"({"dtype": "bf16", "head_dim": 256, "head_dim_v": 256, "pingpong": false, "intra_wg_overlap": false})",
+     DType::kBf16, 256, 128, 80, 2, 2, false, false, false},
+    // Without intra_wg_overlap the table's pingpong does not apply and is dropped without an error.
+    {"intra_wg_overlap false drops the pingpong default", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false})",
+     DType::kBf16, 128, 128, 176, 2, 2, false, false, false},
+    {"pingpong false keeps the overlap default", R"({"dtype": "bf16", "head_dim": 128, "causal": true, "pingpong": false})",
+     DType::kBf16, 128, 128, 176, 2, 2, true, false, true},
+    {"both knobs spelled out true", R"({"dtype": "fp16", "head_dim": 128, "pingpong": true, "intra_wg_overlap": true})",
+     DType::kFp16, 128, 128, 176, 2, 2, false, true, true},
+    {"pingpong spelled out at d256 is the default", R"({"dtype": "bf16", "head_dim": 256, "pingpong": true})", DType::kBf16,
+     256, 128, 80, 2, 2, false, true, true},
+    {"pingpong opt-out at d256", R"({"dtype": "bf16", "head_dim": 256, "causal": true, "pingpong": false})", DType::kBf16,
+     256, 128, 80, 2, 2, true, false, true},
+    {"intra_wg_overlap false at d256 drops the pingpong default",
+     R"({"dtype": "fp16", "head_dim": 256, "intra_wg_overlap": false})", DType::kFp16, 256, 128, 80, 2, 2, false, false,
+     false},
+    {"pingpong opt-in at d64 with 2 warpgroups",
+     R"({"dtype": "fp16", "head_dim": 64, "consumer_warpgroups": 2, "pingpong": true})", DType::kFp16, 64, 128, 128, 2,
+     2, false, true, true},
+    {"d64 wg3 without overlap", R"({"dtype": "bf16", "head_dim": 64, "intra_wg_overlap": false})", DType::kBf16, 64,
+     192, 128, 3, 2, false, false, false},
+};
+
+}  // namespace
+
+TEST_CASE("bad specs are rejected with a code and a message naming field, value and allowed values", "[spec]") {
+  for (const BadCase& c : kBadCases) {
+    INFO("case: " << c.name << "\nspec: " << c.json);
+    try {
+      parse(c.json);
+      FAIL_CHECK("accepted a bad spec");
+    } catch (const Error& e) {
+      INFO("message: " << e.what());
+      CHECK(fa3jit::error_code_name(e.code()) == std::string(fa3jit::error_code_name(c.code)));
+      for (const std::string& fragment : c.fragments) CHECK_THAT(std::string(e.what()), Contains(fragment));
+    }
+  }
+}
+
+TEST_CASE("good specs resolve every field", "[spec]") {
+  for (const GoodCase& c : kGoodCases) {
+    INFO("case: " << c.name << "\nspec: " << c.json);
+    const Spec spec = parse(c.json);
+    CHECK(spec.dtype == c.dtype);
+    CHECK(spec.head_dim == c.head_dim);
+    CHECK(spec.head_dim_v == c.head_dim);
+    CHECK(spec.causal == c.causal);
+    CHECK(spec.block_m == c.block_m);
+    CHECK(spec.block_n == c.block_n);
+    CHECK(spec.consumer_warpgroups == c.consumer_warpgroups);
+    CHECK(spec.stages == c.stages);
+    CHECK(spec.pingpong == c.pingpong);
+    CHECK(spec.intra_wg_overlap == c.intra_wg_overlap);
+    // The canonical JSON is itself a spec that resolves to the same Spec.
+    CHECK(af::parse_spec(af::canonical_json(spec)) == spec);
+  }
+}
+
+TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and the problem (B10)", "[spec]") {
+  const Spec a = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})");
+  const Spec b = parse(R"({"causal": true, "head_dim": 128, "dtype": "bf16"})");
+  const Spec c = parse(R"({"stages": 2, "pingpong": true, "intra_wg_overlap": true, "kind": "attention_fwd",
+      "consumer_warpgroups": 2, "tile": {"block_n": 176, "block_m": 128}, "head_dim_v": 128,
+      "causal": true, "head_dim": 128, "dtype": "bf16"})");
+  const Spec d = fa3jit::testing::attention_case_from_json(nlohmann::json::parse(R"({"dtype": "bf16", "head_dim": 128,
+      "causal": true, "problem": {"batch": 2, "seqlen_q": 4096, "seqlen_k": 4096, "num_heads": 32, "num_heads_kv": 8}})"))
+                     .spec;
+  const std::string key = af::canonical_string(a);
+  CHECK(key ==
+        R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","head_dim":128,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
+  CHECK(af::canonical_string(b) == key);
+  CHECK(af::canonical_string(c) == key);
+  CHECK(af::canonical_string(d) == key);
+  CHECK(a == c);
+
+  // The non-causal d128 and the d64 defaults, spelled out in full.
+  CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
+        R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","head_dim":128,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
+  CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
+        R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","head_dim":64,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","pingpong":true,"stages":2,"tile":{"block_m":192,"block_n":128}})");
+
+  // Either half of the block_m / consumer_warpgroups pair names the same kernel.
+  CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}})")) ==
+        af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 64, "consumer_warpgroups": 2})")));
+  // Where the table's pingpong cannot apply, leaving it out and writing false name the same kernel.
+  CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}})")) ==
+        af::canonical_string(
+            parse(R"({"dtype": "bf16", "head_dim": 128, "tile": {"block_m": 64}, "pingpong": false})")));
+  CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false})")) ==
+        af::canonical_string(
+            parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false})")));
+  // With 3 warpgroups the d128 table's pingpong applies: leaving it out names the pingpong kernel.
+  const std::string wg3 = R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 64})";
+  CHECK(af::canonical_string(parse(wg3 + "}")) ==
+        af::canonical_string(parse(wg3 + R"(, "pingpong": true})")));
+  CHECK(af::canonical_string(parse(wg3 + "}")) !=
+        af::canonical_string(parse(wg3 + R"(, "pingpong": false})")));
+
+  // Any kernel field that differs gives a different key.
+  const std::vector<std::string> others = {
+      R"({"dtype": "bf16", "head_dim": 128, "causal": false})",
+      R"({"dtype": "fp16", "head_dim": 128, "causal": true})",
+      R"({"dtype": "bf16", "head_dim": 64, "causal": true})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 64}})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_m": 64}})",
+      // 3 stages fit only the smaller tile; this differs from the block_n 128 variant in stages alone.
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}, "stages": 3})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "pingpong": false})",
+      R"({"dtype": "bf16", "head_dim": 128, "causal": true, "intra_wg_overlap": false})",
+  };
+  std::set<std::string> keys = {key};
+  for (const std::string& other : others) {
+    INFO(other);
+    const std::string other_key = af::canonical_string(parse(other));
+    CHECK(other_key != key);
+    keys.insert(other_key);
+  }
+  // ... and the variants differ from each other as well.
+  CHECK(keys.size() == others.size() + 1);
+}
+
+TEST_CASE("canonical JSON and spec_summary", "[spec]") {
+  const Spec spec = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})");
+  const nlohmann::json doc = af::canonical_json(spec);
+  CHECK(doc.at("kind") == "attention_fwd");
+  CHECK(doc.at("tile").at("block_n") == 176);
+  CHECK(doc.at("pingpong") == true);
+  CHECK(doc.at("intra_wg_overlap") == true);
+  CHECK_FALSE(doc.contains("problem"));
+  CHECK_FALSE(doc.contains("hadamard"));
+  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap");
+  CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
+        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap");
+  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) == "fp16 d256 128x80 wg2 st2 pingpong overlap");
+  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap");
+  CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
+        "bf16 d256 128x80 wg2 st2");
+  CHECK(af::name_token(spec) == "bf16_d128_causal");
+  CHECK(af::name_token(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16_d64_full");
+}
+
+TEST_CASE("the capability table is the one statement of dtypes and head dims", "[spec]") {
+  const af::Capabilities& caps = af::capabilities();
+  CHECK(caps.head_dims == std::vector<int>{64, 128, 256});
+  CHECK(caps.dtypes == std::vector<DType>{DType::kFp16, DType::kBf16});
+  CHECK(af::allowed_head_dims() == "one of 64, 128, 256");
+  CHECK(af::allowed_dtypes() == "one of \"fp16\", \"bf16\"");
+  // Every listed head dim and dtype has a tile, and parse, default_spec and the validator agree on it.
+  for (int d : caps.head_dims) {
+    for (DType t : caps.dtypes) {
+      for (bool causal : {false, true}) {
+        INFO("d" << d << " " << fa3jit::dtype_name(t) << " causal " << causal);
+        const Spec from_table = af::default_spec(t, d, d, causal);
+        CHECK(from_table == parse(table_default_spec(t, d, causal)));
+        CHECK_NOTHROW(af::validate(from_table));
+      }
+    }
+  }
+  CHECK_FALSE(af::supports_head_dims(96, 96));
+  CHECK_FALSE(af::supports_head_dims(128, 64));
+  CHECK_FALSE(af::supports_dtype(DType::kE4m3));
+  try {
+    af::default_spec(DType::kBf16, 96, 96, false);
+    FAIL_CHECK("default_spec accepted head_dim 96");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidSpec);
+    CHECK_THAT(std::string(e.what()), Contains("\"head_dim\": 96") && Contains("one of 64, 128, 256"));
+  }
+  try {
+    af::default_spec(DType::kE4m3, 128, 128, false);
+    FAIL_CHECK("default_spec accepted e4m3");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kUnsupported);
+  }
+}
+
+TEST_CASE("spec files: every config parses, names match contents, default.json is Llama-3.1-8B prefill",
+          "[spec]") {
+  namespace fs = std::filesystem;
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(FA3JIT_SOURCE_DIR) / "configs")) {
+    if (entry.path().extension() != ".json") continue;
+    INFO(entry.path().string());
+    const fa3jit::testing::AttentionCase c = fa3jit::testing::load_attention_case(entry.path().string());
+    const Spec& spec = c.spec;
+    CHECK(c.problem.has_value());
+    ++count;
+    const std::string stem = entry.path().stem().string();
+    if (stem != "default") {
+      const std::string expected = std::string(fa3jit::dtype_name(spec.dtype)) + "_d" +
+                                   std::to_string(spec.head_dim) + (spec.causal ? "_causal" : "");
+      CHECK(stem == expected);
+    }
+  }
+  CHECK(count >= 13);
+
+  const fa3jit::testing::AttentionCase def =
+      fa3jit::testing::load_attention_case(std::string(FA3JIT_SOURCE_DIR) + "/configs/default.json");
+  CHECK(def.spec.dtype == DType::kBf16);
+  CHECK(def.spec.head_dim == 128);
+  CHECK(def.spec.causal);
+  REQUIRE(def.problem.has_value());
+  CHECK(*def.problem == fa3jit::testing::Problem{2, 4096, 4096, 32, 8});
+}
+
+TEST_CASE("spec files report unreadable and bad files with the path", "[spec]") {
+  const std::string missing = "/nonexistent-dir/fa3jit-spec.json";
+  try {
+    fa3jit::testing::load_attention_case(missing);
+    FAIL("read a missing file");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kIoError);
+    CHECK_THAT(std::string(e.what()), Contains(missing));
+  }
+
+  const std::string bad = (std::filesystem::temp_directory_path() / "fa3jit_test_bad_spec.json").string();
+  { std::ofstream(bad) << R"({"dtype": "bf16", "head_dim": 80})"; }
+  try {
+    fa3jit::testing::load_attention_case(bad);
+    FAIL("accepted head_dim 80");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidSpec);
+    CHECK_THAT(std::string(e.what()), Contains(bad) && Contains("\"head_dim\": 80"));
+  }
+  std::filesystem::remove(bad);
+}
+
+TEST_CASE("tile table defaults and kernel configs", "[spec]") {
+  struct Row {
+    int head_dim;
+    bool causal;
+    af::TileDefaults expected;
+  };
+  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
+  const std::vector<Row> rows = {
+      {64, false, {192, 128, 3, 2, true, true}},   {64, true, {192, 128, 3, 2, true, true}},
+      {128, false, {128, 176, 2, 2, true, true}},  {128, true, {128, 176, 2, 2, true, true}},
+      {256, false, {128, 80, 2, 2, true, true}},   {256, true, {128, 80, 2, 2, true, true}},
+  };
+  for (const Row& row : rows) {
+    for (const DType dtype : {DType::kFp16, DType::kBf16}) {
+      INFO("head_dim " << row.head_dim << " causal " << row.causal << " dtype " << fa3jit::dtype_name(dtype));
+      const af::TileDefaults t = af::default_tile(dtype, row.head_dim, row.causal);
+      CHECK(t.block_m == row.expected.block_m);
+      CHECK(t.block_n == row.expected.block_n);
+      CHECK(t.consumer_warpgroups == row.expected.consumer_warpgroups);
+      CHECK(t.stages == row.expected.stages);
+      CHECK(t.pingpong == row.expected.pingpong);
+      CHECK(t.intra_wg_overlap == row.expected.intra_wg_overlap);
+      // A spec that leaves the kernel fields out resolves to exactly the table row.
+      const Spec spec = parse(table_default_spec(dtype, row.head_dim, row.causal));
+      CHECK(spec.block_m == t.block_m);
+      CHECK(spec.block_n == t.block_n);
+      CHECK(spec.consumer_warpgroups == t.consumer_warpgroups);
+      CHECK(spec.stages == t.stages);
+      CHECK(spec.pingpong == t.pingpong);
+      CHECK(spec.intra_wg_overlap == t.intra_wg_overlap);
+    }
+  }
+  try {
+    af::default_tile(DType::kBf16, 96, false);
+    FAIL("default_tile accepted head_dim 96");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidSpec);
+    CHECK_THAT(std::string(e.what()), Contains("96") && Contains("64, 128, 256"));
+  }
+
+  // Registers per consumer thread: head_dim_v/2 + block_n/2 + block_n/4 + 28.
+  const auto c128 = af::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128})"));
+  CHECK(c128.num_threads == 384);
+  CHECK(c128.producer_registers == 24);
+  CHECK(c128.consumer_registers == 240);
+  CHECK(c128.smem.q_bytes == 32768);
+  CHECK(c128.smem.k_stage_bytes == 176 * 128 * 2);
+  CHECK(c128.smem.v_stage_bytes == 176 * 128 * 2);
+  CHECK(c128.smem_bytes == 214272);
+  CHECK(c128.estimated_consumer_registers == 64 + 88 + 44 + 28);
+  CHECK(c128.estimated_consumer_registers == 224);
+
+  // The causal default is the same 128x176 kernel; the 128x128 causal tile has to be asked for.
+  const auto c128c = af::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})"));
+  CHECK(c128c.spec.block_n == 176);
+  CHECK(c128c.spec.pingpong);
+  CHECK(c128c.smem.k_stage_bytes == 45056);
+  CHECK(c128c.smem_bytes == 214272);
+  CHECK(c128c.estimated_consumer_registers == 224);
+
+  const auto c128c128 = af::make_kernel_config(
+      parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})"));
+  CHECK(c128c128.num_threads == 384);
+  CHECK(c128c128.spec.pingpong);
+  CHECK(c128c128.smem.k_stage_bytes == 32768);
+  CHECK(c128c128.smem.v_stage_bytes == 32768);
+  CHECK(c128c128.smem_bytes == 32768 + 2 * 65536 + 1280);
+  CHECK(c128c128.smem_bytes == 165120);
+  CHECK(c128c128.estimated_consumer_registers == 64 + 64 + 32 + 28);
+  CHECK(c128c128.estimated_consumer_registers == 188);
+
+  const auto c64 = af::make_kernel_config(parse(R"({"dtype": "fp16", "head_dim": 64})"));
+  CHECK(c64.num_threads == 512);
+  CHECK(c64.producer_registers == 32);
+  CHECK(c64.consumer_registers == 160);
+  CHECK(c64.smem_bytes == 24576 + 2 * 32768 + 1280);
+  CHECK(c64.estimated_consumer_registers == 156);
+  CHECK(c64.spec.pingpong);
+
+  // Pingpong with 3 consumer warpgroups: the same thread count, split and estimate as the d64 default.
+  const auto c64pp = af::make_kernel_config(parse(R"({"dtype": "fp16", "head_dim": 64, "pingpong": true})"));
+  CHECK(c64pp.spec.pingpong);
+  CHECK(c64pp.spec.consumer_warpgroups == 3);
+  CHECK(c64pp.num_threads == 512);
+  CHECK(c64pp.producer_registers == 32);
+  CHECK(c64pp.consumer_registers == 160);
+  CHECK(c64pp.estimated_consumer_registers == 156);
+
+  // Exactly at the budget of 2 warpgroups is accepted: 32 + 120 + 60 + 28 = 240.
+  const auto c64n240 =
+      af::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_m": 128, "block_n": 240}})"));
+  CHECK(c64n240.estimated_consumer_registers == 240);
+  CHECK(c64n240.estimated_consumer_registers == c64n240.consumer_registers);
+  CHECK(c64n240.smem_bytes == 16384 + 2 * (30720 + 30720) + 1280);
+
+  // d128 with 3 warpgroups: block_n 80 gives 152 and fits; block_n 96 gives 164, over the 160 budget.
+  const auto c128wg3 = af::make_kernel_config(
+      parse(R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 80}})"));
+  CHECK(c128wg3.estimated_consumer_registers == 152);
+  CHECK(c128wg3.consumer_registers == 160);
+  CHECK(c128wg3.spec.pingpong);
+  try {
+    parse(R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 3, "tile": {"block_n": 96}})");
+    FAIL_CHECK("accepted d128 192x96, estimated 164 registers over 160");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidSpec);
+    CHECK_THAT(std::string(e.what()), Contains("estimated 164") && Contains("budget of 160"));
+  }
+  // d256 128x112 is exactly at the register budget (240) and over only in shared memory.
+  try {
+    parse(R"({"dtype": "bf16", "head_dim": 256, "tile": {"block_n": 112}})");
+    FAIL_CHECK("accepted d256 128x112 with 296192 bytes of shared memory");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidSpec);
+    CHECK_THAT(std::string(e.what()), Contains("296192 bytes"));
+    CHECK_THAT(std::string(e.what()), !Contains("registers"));
+  }
+
+  const auto c256 = af::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 256})"));
+  CHECK(c256.num_threads == 384);
+  CHECK(c256.spec.pingpong);
+  CHECK(c256.spec.intra_wg_overlap);
+  CHECK(c256.smem.k_stage_bytes == 80 * 256 * 2);
+  CHECK(c256.smem_bytes == 65536 + 2 * 81920 + 1280);
+  CHECK(c256.smem_bytes == 230656);
+  CHECK(c256.estimated_consumer_registers == 128 + 40 + 20 + 28);
+  CHECK(c256.estimated_consumer_registers == 216);
+
+  const auto c1 = af::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "consumer_warpgroups": 1})"));
+  CHECK(c1.num_threads == 256);
+  CHECK(c1.producer_registers == 56);
+  CHECK(c1.consumer_registers == 240);
+  CHECK(c1.smem.q_bytes == 64 * 128 * 2);
+  CHECK_FALSE(c1.spec.pingpong);
+
+  // The estimate is the same with and without intra-warpgroup overlap.
+  const auto sequential = af::make_kernel_config(
+      parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false})"));
+  CHECK(sequential.estimated_consumer_registers == c128.estimated_consumer_registers);
+
+  // A Spec built in code with nonsense values gets an Error, not an out-of-bounds read.
+  Spec broken;
+  broken.consumer_warpgroups = 0;
+  CHECK_THROWS_AS(af::make_kernel_config(broken), Error);
+  broken.consumer_warpgroups = 4;
+  CHECK_THROWS_AS(af::make_kernel_config(broken), Error);
+  broken = Spec{};
+  broken.block_n = -16;
+  CHECK_THROWS_AS(af::make_kernel_config(broken), Error);
+}
+
+TEST_CASE("make_kernel_config rejects pingpong that parse_spec would reject, for Specs built in code", "[spec]") {
+  // A Spec built in code reaches the generator through make_kernel_config; a pingpong kernel with one consumer warpgroup would wait
+  // forever for a GEMM turn that no other warpgroup hands over. Two or three warpgroups take turns round
+  // robin, but only in the overlapped mainloop.
+  const Spec base = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true})");
+  REQUIRE(base.pingpong);
+  CHECK_NOTHROW(af::make_kernel_config(base));
+  struct Variant {
+    const char* name;
+    int block_m, consumer_warpgroups;
+    bool intra_wg_overlap;
+    const char* fragment;
+  };
+  const std::vector<Variant> variants = {
+      {"1 warpgroup", 64, 1, true, "intra_wg_overlap true and consumer_warpgroups 1;"},
+      {"1 warpgroup, no overlap", 64, 1, false, "intra_wg_overlap false and consumer_warpgroups 1;"},
+      {"2 warpgroups, no overlap", 128, 2, false, "intra_wg_overlap false and consumer_warpgroups 2;"},
+      {"3 warpgroups, no overlap", 192, 3, false, "intra_wg_overlap false and consumer_warpgroups 3;"},
+  };
+  for (const Variant& v : variants) {
+    INFO(v.name);
+    Spec spec = base;
+    spec.block_m = v.block_m;
+    spec.consumer_warpgroups = v.consumer_warpgroups;
+    spec.intra_wg_overlap = v.intra_wg_overlap;
+    spec.block_n = 64;  // fits the register budget of every warpgroup count
+    try {
+      af::make_kernel_config(spec);
+      FAIL_CHECK("accepted pingpong with " << v.name);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidSpec);
+      CHECK_THAT(std::string(e.what()), Contains("\"pingpong\"") && Contains(v.fragment) &&
+                                            Contains("consumer_warpgroups 2 or 3"));
+    }
+    spec.pingpong = false;
+    CHECK_NOTHROW(af::make_kernel_config(spec));
+  }
+
+  // With overlap, 2 and 3 consumer warpgroups both take pingpong.
+  for (const int wg : {2, 3}) {
+    INFO("consumer_warpgroups " << wg);
+    Spec spec = base;
+    spec.block_m = 64 * wg;
+    spec.consumer_warpgroups = wg;
+    spec.block_n = 64;
+    REQUIRE(spec.pingpong);
+    REQUIRE(spec.intra_wg_overlap);
+    const af::KernelConfig config = af::make_kernel_config(spec);
+    CHECK(config.spec.pingpong);
+    CHECK(config.num_threads == 128 * (wg + 1));
+    CHECK(config.consumer_registers == (wg == 3 ? 160 : 240));
+    CHECK(config.estimated_consumer_registers == 64 + 32 + 16 + 28);
+  }
+}
+
+TEST_CASE("error code and dtype names", "[spec]") {
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kOk)) == "ok");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kInvalidSpec)) == "invalid_spec");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kInvalidArgument)) == "invalid_argument");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kUnsupported)) == "unsupported");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kCompileFailed)) == "compile_failed");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kNoDriver)) == "no_driver");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kDriverError)) == "driver_error");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kCacheError)) == "cache_error");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kIoError)) == "io_error");
+  CHECK(std::string(fa3jit::error_code_name(ErrorCode::kInternal)) == "internal");
+  CHECK(std::string(fa3jit::dtype_name(DType::kFp16)) == "fp16");
+  CHECK(std::string(fa3jit::dtype_name(DType::kBf16)) == "bf16");
+  CHECK(std::string(fa3jit::dtype_name(DType::kE4m3)) == "e4m3");
+  CHECK(fa3jit::dtype_size(DType::kBf16) == 2);
+  CHECK(fa3jit::dtype_size(DType::kE4m3) == 1);
+}
+
+TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the default", "[spec]") {
+  const Spec plain = parse(R"({"dtype": "bf16", "head_dim": 128})");
+  const Spec one = parse(R"({"dtype": "bf16", "head_dim": 128, "cluster_m": 1})");
+  const Spec two = parse(R"({"dtype": "bf16", "head_dim": 128, "cluster_m": 2})");
+  CHECK(plain.cluster_m == 1);
+  CHECK(two.cluster_m == 2);
+  CHECK(af::canonical_string(plain) == af::canonical_string(one));
+  CHECK(af::canonical_string(two) != af::canonical_string(plain));
+  CHECK(af::canonical_json(two).at("cluster_m") == 2);
+  CHECK(af::spec_summary(two) == "bf16 d128 128x176 wg2 st2 pingpong overlap cluster2");
+  // The multicast producer gets 40 registers, the consumers 232: the same pool of 3 x 168.
+  const auto cfg = af::make_kernel_config(two);
+  CHECK(cfg.producer_registers == 40);
+  CHECK(cfg.consumer_registers == 232);
+  CHECK(cfg.producer_registers + 2 * cfg.consumer_registers == 3 * 168);
+  // A Spec built in code with a causal cluster is rejected before any kernel is generated.
+  Spec bad = two;
+  bad.causal = true;
+  CHECK_THROWS_AS(af::make_kernel_config(bad), fa3jit::Error);
+  // The round trip keeps the knob.
+  CHECK(af::parse_spec(af::canonical_json(two)) == two);
+}
