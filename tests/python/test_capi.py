@@ -1,8 +1,12 @@
-"""The C ABI through ctypes, without a GPU: version, status names, the thread-local last error, argument
-checks of fa3jit_forward that come before any driver call, and fa3jit_compile_spec with NVRTC and the disk
-cache (kernels compile on the CPU)."""
+"""The C ABI (version 2) through ctypes, without a GPU: version, status names, capabilities, the thread-local
+last error, argument checks of fa3jit_attention_forward that come before any driver call, the workspace size,
+kernel handles, and fa3jit_compile_spec with NVRTC and the disk cache (kernels compile on the CPU).
+
+Tests that need a live kernel handle (fa3jit_kernel_create loads the kernel into the CUDA driver) skip with
+the library's message where no driver or GPU is present."""
 
 import ctypes
+import json
 import pathlib
 import re
 import threading
@@ -17,11 +21,20 @@ from support import ROOT, needs_library
 pytestmark = needs_library
 
 SPEC_BF16_D128 = '{"dtype": "bf16", "head_dim": 128, "causal": true}'
+SPEC_BF16_D128_FULL = '{"dtype": "bf16", "head_dim": 128}'
 
 
 def _project_version():
     text = (ROOT / "CMakeLists.txt").read_text()
     return re.search(r"project\(fa3jit VERSION (\d+\.\d+\.\d+)", text).group(1)
+
+
+def _status_name(status):
+    return _capi.STATUS_NAMES.get(status, f"unknown status {status}")
+
+
+def _last_error():
+    return _capi.library().fa3jit_last_error().decode()
 
 
 def test_version_is_the_project_version():
@@ -34,6 +47,30 @@ def test_status_names_match_error_codes():
         assert lib.fa3jit_status_name(status).decode() == name
     assert lib.fa3jit_status_name(42).decode() == "unknown"
 
+
+# ---- capabilities ---------------------------------------------------------------------------------------
+
+def test_capabilities_json_parses_and_lists_what_the_build_generates():
+    raw = _capi.library().fa3jit_capabilities_json().decode()
+    caps = json.loads(raw)
+    assert caps == fa3jit.capabilities()
+    assert caps["abi_version"] == _capi.ABI_VERSION == 2
+    assert caps["version"] == fa3jit.version()
+    attention = caps["families"]["attention_fwd"]
+    assert attention["dtypes"] == ["fp16", "bf16"]
+    assert attention["head_dims"] == [64, 128, 256]
+    assert attention["head_dim_v_may_differ"] is False
+    assert {"causal", "gqa", "mqa", "lse"} <= set(attention["features"])
+    assert isinstance(attention["description"], str) and attention["description"]
+
+
+def test_capabilities_returns_a_new_dict_each_call():
+    caps = fa3jit.capabilities()
+    caps["families"].clear()
+    assert fa3jit.capabilities()["families"]["attention_fwd"]["head_dims"] == [64, 128, 256]
+
+
+# ---- fa3jit_attention_forward argument checks -----------------------------------------------------------
 
 def _params(**fields):
     """bf16, batch 1, 128 x 128, 8 heads over 2 kv heads, head_dim 128, fake device pointers (never used:
@@ -62,14 +99,13 @@ def runtime(tmp_path_factory):
     (dict(causal=2), "causal is 2"),
     (dict(softmax_scale=float("nan")), "softmax_scale"),
     (dict(struct_size=8), "struct_size is 8"),
-    (dict(spec_json=b'{"dtype": "bf16", "head_dim": 64}'), "head_dim is 128 but spec_json has head_dim 64"),
-    (dict(spec_json=b'{"dtype": "fp16", "head_dim": 128}'), "dtype is bf16 but spec_json has dtype fp16"),
 ])
 def test_forward_rejects_bad_params_before_any_launch(runtime, fields, needle):
     with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)) as info:
         runtime.forward(_params(**fields), 0)
     assert info.value.status_name == "invalid_argument"
     assert isinstance(info.value, ValueError)
+    assert str(info.value).startswith("fa3jit_attention_forward: ")
 
 
 @pytest.mark.parametrize("fields, status_name, needles", [
@@ -77,6 +113,7 @@ def test_forward_rejects_bad_params_before_any_launch(runtime, fields, needle):
     (dict(num_heads_kv=3), "invalid_argument", ["num_heads", "num_heads_kv"]),
     (dict(batch=0), "invalid_argument", ["batch"]),
     (dict(seqlen_k=-5), "invalid_argument", ["seqlen_k"]),
+    (dict(softmax_scale=-1.0), "invalid_argument", ["softmax_scale"]),
     (dict(dtype=_capi.DTYPE_E4M3), "unsupported", ["e4m3"]),
     (dict(head_dim_v=64), "unsupported", ["head_dim_v"]),
 ])
@@ -87,18 +124,29 @@ def test_runtime_shape_checks_come_before_the_driver(runtime, fields, status_nam
     assert all(needle in str(info.value) for needle in needles), str(info.value)
 
 
-def test_forward_with_bad_spec_json_is_invalid_spec(runtime):
-    with pytest.raises(fa3jit.Fa3jitValueError, match="tile") as info:
-        runtime.forward(_params(spec_json=b'{"dtype": "bf16", "head_dim": 128, "tile": 5}'), 0)
-    assert info.value.status_name == "invalid_spec"
-
-
-def test_forward_with_a_null_runtime_is_refused():
+def test_forward_with_null_runtime_or_params_is_refused(runtime):
     lib = _capi.library()
     params = _params()
-    status = lib.fa3jit_forward(None, ctypes.byref(params), None)
-    assert _capi.STATUS_NAMES[status] == "invalid_argument"
-    assert "runtime is NULL" in lib.fa3jit_last_error().decode()
+    status = lib.fa3jit_attention_forward(None, None, ctypes.byref(params), None)
+    assert _status_name(status) == "invalid_argument"
+    assert "runtime is NULL" in _last_error()
+    status = lib.fa3jit_attention_forward(runtime.handle, None, None, None)
+    assert _status_name(status) == "invalid_argument"
+    assert "params is NULL" in _last_error()
+
+
+def test_forward_with_a_destroyed_runtime_is_refused(tmp_path):
+    lib = _capi.library()
+    rt = _capi.Runtime(cache_dir=tmp_path / "cache")
+    handle = rt.handle
+    params = _params()  # made before the destroy: nothing should reuse the freed memory before the call
+    rt.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        rt.forward(params, 0)
+    # The raw handle after destroy: best effort, detected while the memory still holds the dead magic.
+    status = lib.fa3jit_attention_forward(handle, None, ctypes.byref(params), None)
+    assert _status_name(status) == "invalid_argument"
+    assert "not a live fa3jit_runtime" in _last_error()
 
 
 def test_larger_struct_from_a_newer_header_is_accepted_only_with_zero_tail(runtime):
@@ -108,21 +156,55 @@ def test_larger_struct_from_a_newer_header_is_accepted_only_with_zero_tail(runti
     params = _params(q=_capi.Tensor(0, 0, 0, 0))  # fails later, at q, once the struct is accepted
     params.struct_size = size + 16
     ctypes.memmove(buffer, ctypes.byref(params), size)
-    handle = runtime._live_handle()
-    status = lib.fa3jit_forward(handle, ctypes.cast(buffer, ctypes.POINTER(_capi.ForwardParams)), None)
-    assert _capi.STATUS_NAMES[status] == "invalid_argument"
-    assert "q.data is NULL" in lib.fa3jit_last_error().decode()
+    status = lib.fa3jit_attention_forward(runtime.handle, None, buffer, None)
+    assert _status_name(status) == "invalid_argument"
+    assert "q.data is NULL" in _last_error()
     buffer[size + 3] = b"\x01"
-    status = lib.fa3jit_forward(handle, ctypes.cast(buffer, ctypes.POINTER(_capi.ForwardParams)), None)
-    assert _capi.STATUS_NAMES[status] == "invalid_argument"
-    assert f"at byte {size + 3}" in lib.fa3jit_last_error().decode()
+    status = lib.fa3jit_attention_forward(runtime.handle, None, buffer, None)
+    assert _status_name(status) == "invalid_argument"
+    assert f"at byte {size + 3}" in _last_error()
+
+
+def test_packed_params_reach_the_library_field_by_field(runtime):
+    """The bytes flash_attn_func packs (PARAMS_CALL_STRUCT into a ForwardParams, passed by address) are read
+    by the library as the fields they are meant to be: each bad value is reported under its own name."""
+    params = _capi.ForwardParams()
+    address = ctypes.addressof(params)
+    lib = _capi.library()
+    fake = 0x7F0000000000
+
+    def call(**changes):
+        values = dict(dtype=_capi.DTYPE_BF16, causal=0, batch=1, seqlen_q=128, seqlen_k=128, num_heads=8,
+                      num_heads_kv=2, head_dim=128, head_dim_v=128, q=fake, k=fake + 4096, v=fake + 8192,
+                      out=fake + 12288, lse=0, softmax_scale=0.0)
+        values.update(changes)
+        strides = (1 << 20, 4096, 128)
+        _capi.PARAMS_CALL_STRUCT.pack_into(
+            params, _capi.PARAMS_CALL_OFFSET, values["dtype"], values["causal"], values["batch"],
+            values["seqlen_q"], values["seqlen_k"], values["num_heads"], values["num_heads_kv"], values["head_dim"],
+            values["head_dim_v"], values["q"], *strides, values["k"], *strides, values["v"], *strides,
+            values["out"], *strides, values["lse"], values["softmax_scale"])
+        status = lib.fa3jit_attention_forward(runtime.handle, None, address, None)
+        return _status_name(status), _last_error()
+
+    assert call(causal=3) == ("invalid_argument", "params.causal is 3; expected 0 or 1")
+    assert "dtype is 9" in call(dtype=9)[1]
+    assert "seqlen_q" in call(seqlen_q=0)[1]
+    assert "seqlen_k" in call(seqlen_k=0)[1]
+    assert "num_heads = 8 is not a multiple of num_heads_kv = 3" in call(num_heads_kv=3)[1]
+    assert "head_dim_v" in call(head_dim_v=64)[1]
+    assert "k.data is NULL" in call(k=0)[1]
+    assert "v.data is NULL" in call(v=0)[1]
+    assert "out.data is NULL" in call(out=0)[1]
+    assert "softmax_scale" in call(softmax_scale=float("inf"))[1]
+    assert "lse is not 4-byte aligned" in call(lse=fake + 2)[1]
 
 
 def test_last_error_is_per_call_and_per_thread(runtime):
     lib = _capi.library()
     with pytest.raises(ValueError):
         runtime.forward(_params(causal=3), 0)
-    assert "causal is 3" in lib.fa3jit_last_error().decode()
+    assert "causal is 3" in _last_error()
 
     seen_in_other_thread = []
     thread = threading.Thread(target=lambda: seen_in_other_thread.append(lib.fa3jit_last_error().decode()))
@@ -133,7 +215,7 @@ def test_last_error_is_per_call_and_per_thread(runtime):
     # A successful status-returning call clears it.
     handle = ctypes.c_void_p()
     assert lib.fa3jit_runtime_create(None, ctypes.byref(handle)) == 0
-    assert lib.fa3jit_last_error().decode() == ""
+    assert _last_error() == ""
     lib.fa3jit_runtime_destroy(handle)
 
 
@@ -142,10 +224,180 @@ def test_runtime_create_rejects_unset_struct_size():
     options = _capi.RuntimeOptions(struct_size=0, cache_dir=None)
     handle = ctypes.c_void_p(1234)
     status = lib.fa3jit_runtime_create(ctypes.byref(options), ctypes.byref(handle))
-    assert _capi.STATUS_NAMES[status] == "invalid_argument"
-    assert "fa3jit_runtime_options.struct_size is 0" in lib.fa3jit_last_error().decode()
+    assert _status_name(status) == "invalid_argument"
+    assert "fa3jit_runtime_options.struct_size is 0" in _last_error()
     assert not handle.value  # *out is NULL on failure
 
+
+# ---- fa3jit_attention_workspace_size --------------------------------------------------------------------
+
+@pytest.mark.parametrize("fields", [dict(), dict(causal=1), dict(seqlen_q=1, seqlen_k=100000), dict(batch=64)])
+def test_workspace_size_is_zero(runtime, fields):
+    assert runtime.workspace_size(_params(**fields)) == 0
+
+
+def test_workspace_size_reads_no_pointer(runtime):
+    """Only the shape fields matter: NULL tensors are fine (a caller sizes the workspace before allocating)."""
+    null = _capi.Tensor(0, 0, 0, 0)
+    assert runtime.workspace_size(_params(q=null, k=null, v=null, out=null)) == 0
+
+
+def test_workspace_size_argument_errors(runtime):
+    lib = _capi.library()
+    size = ctypes.c_size_t(77)
+    params = _params()
+    assert _status_name(lib.fa3jit_attention_workspace_size(None, ctypes.byref(params), ctypes.byref(size))) \
+        == "invalid_argument"
+    assert "runtime is NULL" in _last_error()
+    assert _status_name(lib.fa3jit_attention_workspace_size(runtime.handle, None, ctypes.byref(size))) \
+        == "invalid_argument"
+    assert _status_name(lib.fa3jit_attention_workspace_size(runtime.handle, ctypes.byref(params), None)) \
+        == "invalid_argument"
+    with pytest.raises(fa3jit.Fa3jitValueError, match="struct_size is 8") as info:
+        runtime.workspace_size(_params(struct_size=8))
+    assert info.value.status_name == "invalid_argument"
+
+
+# ---- kernel handles: argument errors (no driver needed) --------------------------------------------------
+
+def test_kernel_create_argument_errors(runtime):
+    lib = _capi.library()
+    out = ctypes.c_void_p(1234)
+    spec = SPEC_BF16_D128.encode()
+    assert _status_name(lib.fa3jit_kernel_create(None, spec, ctypes.byref(out))) == "invalid_argument"
+    assert "runtime is NULL" in _last_error()
+    assert not out.value  # *out is NULL on failure
+    out = ctypes.c_void_p(1234)
+    assert _status_name(lib.fa3jit_kernel_create(runtime.handle, None, ctypes.byref(out))) == "invalid_argument"
+    assert "spec_json is NULL" in _last_error()
+    assert not out.value
+    assert _status_name(lib.fa3jit_kernel_create(runtime.handle, spec, None)) == "invalid_argument"
+    assert "out is NULL" in _last_error()
+
+
+@pytest.mark.parametrize("spec, status_name, needle", [
+    ('{"dtype": "bf16", "head_dim": 80}', "invalid_spec", "head_dim"),
+    ('{"dtype": "bf16", "head_dim": 128, "bogus_field": 1}', "invalid_spec", "bogus_field"),
+    ('{"dtype": "bf16", ', "invalid_spec", "not valid JSON"),
+    ('{"kind": "no_such_family", "dtype": "bf16"}', "invalid_spec", "no_such_family"),
+    ('{"dtype": "e4m3", "head_dim": 128}', "unsupported", "e4m3"),
+])
+def test_kernel_create_rejects_bad_specs_before_the_driver(runtime, spec, status_name, needle):
+    with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)) as info:
+        fa3jit.Kernel(spec, runtime=runtime)
+    assert info.value.status_name == status_name
+    assert str(info.value).startswith("fa3jit_kernel_create: ")
+
+
+def test_kernel_spec_must_be_text_or_dict(runtime):
+    with pytest.raises(TypeError, match="spec"):
+        fa3jit.Kernel(128, runtime=runtime)
+
+
+def test_kernel_get_info_and_destroy_with_null():
+    lib = _capi.library()
+    info = _capi.KernelInfo()
+    assert _status_name(lib.fa3jit_kernel_get_info(None, ctypes.byref(info))) == "invalid_argument"
+    assert "kernel or out is NULL" in _last_error()
+    lib.fa3jit_kernel_destroy(None)  # ignored
+
+
+def test_forward_with_a_non_kernel_handle_is_refused(runtime):
+    """A pointer that is not a kernel handle (here: the runtime's) fails the magic-number check."""
+    lib = _capi.library()
+    status = lib.fa3jit_attention_forward(runtime.handle, runtime.handle, ctypes.byref(_params()), None)
+    assert _status_name(status) == "invalid_argument"
+    assert "kernel is not a live fa3jit_kernel" in _last_error()
+
+
+# ---- kernel handles: live (the kernel is loaded into the driver) ----------------------------------------
+
+def _create_kernel_or_skip(runtime, spec):
+    try:
+        return fa3jit.Kernel(spec, runtime=runtime)
+    except fa3jit.Fa3jitRuntimeError as error:
+        if error.status_name in ("no_driver", "driver_error"):
+            pytest.skip(f"a live kernel handle needs the CUDA driver and a GPU: {error}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def causal_kernel(runtime):
+    kernel = _create_kernel_or_skip(runtime, SPEC_BF16_D128)
+    yield kernel
+    kernel.close()
+
+
+def test_kernel_info_describes_the_spec(causal_kernel):
+    info = causal_kernel.info()
+    assert info["kind"] == "attention_fwd"
+    assert re.fullmatch(r"fa3jit_attention_fwd_bf16_d128_causal_[0-9a-f]{8}", info["kernel_name"]), info
+    assert info["summary"].startswith("bf16 d128 causal"), info["summary"]
+    assert re.fullmatch(r"[0-9a-f]{64}", info["key"])
+    assert info["num_threads"] % 128 == 0 and info["num_threads"] >= 256
+    assert 0 < info["smem_bytes"] <= 232448
+    assert causal_kernel.name == info["kernel_name"] and causal_kernel.summary == info["summary"]
+    assert causal_kernel.summary in repr(causal_kernel)
+
+
+def test_kernel_info_matches_compile_spec(runtime, causal_kernel):
+    compiled = runtime.compile_spec(SPEC_BF16_D128)
+    info = causal_kernel.info()
+    assert compiled["key"] == info["key"] and compiled["kernel_name"] == info["kernel_name"]
+    assert compiled["cache_hit"] is True
+
+
+def test_kernel_get_info_checks_struct_size(causal_kernel):
+    lib = _capi.library()
+    info = _capi.KernelInfo(struct_size=16)
+    assert _status_name(lib.fa3jit_kernel_get_info(causal_kernel.handle, ctypes.byref(info))) == "invalid_argument"
+    assert "struct_size is 16" in _last_error()
+
+
+def test_forward_with_a_matching_kernel_reaches_the_pointer_checks(runtime, causal_kernel):
+    """The spec agrees (bf16, d128, causal), so the call gets past the agreement check to the device checks,
+    which reject the fake pointers by name."""
+    with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape("q.data")) as info:
+        runtime.forward(_params(causal=1), 0, kernel=causal_kernel)
+    assert info.value.status_name == "invalid_argument"
+
+
+@pytest.mark.parametrize("fields, needle", [
+    (dict(causal=0), "causal"),
+    (dict(causal=1, dtype=_capi.DTYPE_FP16), "dtype"),
+    (dict(causal=1, head_dim=64, head_dim_v=64), "head_dim"),
+])
+def test_forward_with_a_kernel_of_another_spec_is_refused(runtime, causal_kernel, fields, needle):
+    with pytest.raises(fa3jit.Fa3jitValueError, match="kernel spec") as info:
+        runtime.forward(_params(**fields), 0, kernel=causal_kernel)
+    assert info.value.status_name == "invalid_argument"
+    assert needle in str(info.value)
+
+
+def test_stale_kernel_handle_is_refused(runtime):
+    kernel = _create_kernel_or_skip(runtime, SPEC_BF16_D128_FULL)
+    lib = _capi.library()
+    handle = kernel.handle
+    params, info = _params(), _capi.KernelInfo()  # made before the destroy: nothing should reuse its memory
+    kernel.close()
+    kernel.close()  # idempotent
+    with pytest.raises(ValueError, match="closed"):
+        runtime.forward(params, 0, kernel=kernel)
+    # The raw handle after destroy: best effort, detected while the memory still holds the dead magic.
+    status = lib.fa3jit_attention_forward(runtime.handle, handle, ctypes.byref(params), None)
+    assert _status_name(status) == "invalid_argument"
+    assert "kernel is not a live fa3jit_kernel" in _last_error()
+    assert _status_name(lib.fa3jit_kernel_get_info(handle, ctypes.byref(info))) == "invalid_argument"
+    assert "not a live fa3jit_kernel" in _last_error()
+
+
+def test_kernel_from_a_dict_spec_is_the_same_kernel(runtime, causal_kernel):
+    with fa3jit.Kernel({"causal": True, "head_dim": 128, "dtype": "bf16"}, runtime=runtime) as same:
+        assert same.info()["key"] == causal_kernel.info()["key"]
+        assert same.handle != causal_kernel.handle  # a handle each, one loaded kernel behind them
+
+
+# ---- fa3jit_compile_spec ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec, status_name, needle", [
     ('{"dtype": "bf16", "head_dim": 80}', "invalid_spec", "head_dim"),
@@ -166,11 +418,12 @@ def test_compile_spec_compiles_once_then_hits_memory_and_disk(tmp_path):
         warm = rt.compile_spec(SPEC_BF16_D128)
     assert cold["cache_hit"] is False and warm["cache_hit"] is True
     assert re.fullmatch(r"[0-9a-f]{64}", cold["key"]) and warm["key"] == cold["key"]
-    assert cold["kernel_name"].startswith("fa3jit_fwd_bf16_d128")
+    assert re.fullmatch(r"fa3jit_attention_fwd_bf16_d128_causal_[0-9a-f]{8}", cold["kernel_name"]), cold
+    assert cold["kind"] == "attention_fwd"
+    assert cold["summary"].startswith("bf16 d128 causal"), cold["summary"]
     assert cold["registers"] > 0 and cold["spill_store_bytes"] >= 0 and cold["spill_load_bytes"] >= 0
     assert cold["num_threads"] % 128 == 0 and cold["num_threads"] >= 256
     assert 0 < cold["smem_bytes"] <= 232448
-    assert cold["block_m"] in (64, 128, 192) and cold["block_n"] > 0
     assert (cache / f"{cold['key']}.cubin-entry").is_file()
 
     # A new runtime (new process, in effect) on the same directory loads from disk.
@@ -178,6 +431,22 @@ def test_compile_spec_compiles_once_then_hits_memory_and_disk(tmp_path):
         from_disk = rt.compile_spec(SPEC_BF16_D128)
     assert from_disk["cache_hit"] is True and from_disk["key"] == cold["key"]
     assert from_disk["registers"] == cold["registers"]
+
+
+def test_compile_spec_accepts_a_dict(tmp_path):
+    with _capi.Runtime(cache_dir=tmp_path / "cache") as rt:
+        a = rt.compile_spec(SPEC_BF16_D128)
+        b = rt.compile_spec({"dtype": "bf16", "head_dim": 128, "causal": True})
+    assert a["key"] == b["key"] and b["cache_hit"] is True
+
+
+def test_compile_spec_info_struct_size_is_checked(runtime):
+    lib = _capi.library()
+    info = _capi.KernelInfo(struct_size=0)
+    status = lib.fa3jit_compile_spec(runtime.handle, SPEC_BF16_D128.encode(), ctypes.byref(info))
+    assert _status_name(status) == "invalid_argument"
+    assert "struct_size is 0" in _last_error()
+    assert lib.fa3jit_compile_spec(runtime.handle, SPEC_BF16_D128.encode(), None) == 0  # info is optional
 
 
 def test_concurrent_compile_spec_compiles_once(tmp_path):

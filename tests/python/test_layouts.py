@@ -136,3 +136,60 @@ def test_degenerate_shapes_are_answered_without_a_launch():
     q, k, v = _randn(2, 3, 4, 64), _randn(2, 0, 4, 64), _randn(2, 0, 4, 64)
     out, lse = fa3jit.flash_attn_func(q, k, v, return_lse=True)
     assert torch.count_nonzero(out).item() == 0 and torch.all(lse == float("inf"))
+
+
+def test_allocated_out_is_contiguous():
+    """Whatever q's layout (here a transposed (batch, heads, seqlen, dim) buffer), the out that flash_attn_func
+    allocates is contiguous (batch, seqlen_q, num_heads, head_dim_v), as FlashAttention-3's is."""
+    q = _randn(2, 8, 333, 128, seed=41).transpose(1, 2)
+    k, v = _randn(2, 333, 8, 128, seed=42), _randn(2, 333, 8, 128, seed=43)
+    out, lse = fa3jit.flash_attn_func(q, k, v, return_lse=True)
+    assert out.is_contiguous() and out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+    assert lse.is_contiguous() and lse.shape == (2, 8, 333)
+    check_against_reference(out, lse, q, k, v, False)
+
+
+def test_calls_from_several_threads():
+    """Each thread packs its parameters into its own struct: results are right when threads call at once."""
+    import threading
+
+    cases = [(_randn(1, 200 + 37 * i, 4, 64, seed=60 + i), _randn(1, 300, 2, 64, seed=70 + i),
+              _randn(1, 300, 2, 64, seed=80 + i)) for i in range(4)]
+    expected = [fa3jit.flash_attn_func(q, k, v, causal=True) for q, k, v in cases]
+    torch.cuda.synchronize()
+    results, errors = {}, []
+    barrier = threading.Barrier(len(cases))
+
+    def worker(index):
+        try:
+            q, k, v = cases[index]
+            barrier.wait()
+            outs = [fa3jit.flash_attn_func(q, k, v, causal=True) for _ in range(50)]
+            torch.cuda.synchronize()
+            results[index] = outs
+        except Exception as error:  # reported below, not swallowed
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for index, outs in results.items():
+        assert all(torch.equal(out, expected[index]) for out in outs), f"thread {index}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_on_another_device_than_the_current_one():
+    """q on cuda:1 while cuda:0 is current: the call runs on cuda:1 (on its current stream) all the same."""
+    generator = torch.Generator(device="cuda:1").manual_seed(5)
+    q, k, v = (torch.randn(1, 256, 4, 128, device="cuda:1", dtype=torch.bfloat16, generator=generator)
+               for _ in range(3))
+    with torch.cuda.device(0):
+        out = fa3jit.flash_attn_func(q, k, v)
+    assert out.device == q.device
+    with torch.cuda.device(1):
+        expected = fa3jit.flash_attn_func(q, k, v)
+        torch.cuda.synchronize()
+    assert torch.equal(out, expected)

@@ -1,28 +1,35 @@
 """fa3jit: FlashAttention-3-class attention forward for NVIDIA Hopper, kernels generated and compiled at run time.
 
-Pure Python over the C ABI (runtime/include/fa3jit/fa3jit.h) with ctypes; nothing is built against torch.
+Pure Python over the C ABI, version 2 (runtime/include/fa3jit/fa3jit.h), with ctypes; nothing is built
+against torch.
 
     import fa3jit
     out = fa3jit.flash_attn_func(q, k, v, causal=True)          # (batch, seqlen, heads, head_dim) tensors
     info = fa3jit.compile_spec('{"dtype": "bf16", "head_dim": 128}')   # warm the kernel cache, no GPU needed
+    fa3jit.capabilities()["families"]["attention_fwd"]["head_dims"]   # [64, 128, 256]
+    k128 = fa3jit.Kernel({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 128}})   # a pinned spec
+    out = fa3jit.flash_attn_func(q, k, v, kernel=k128)
 
 The shared library is found at run time (fa3jit._capi explains the order): FA3JIT_LIBRARY, else
 libfa3jit.so next to this package, else <source tree>/build/libfa3jit.so, else the system loader.
 """
 
-import json as _json
+from typing import Any, Dict
 
-from ._capi import (Fa3jitError, Fa3jitRuntimeError, Fa3jitValueError, LibraryNotFoundError, Runtime,
-                    library_path, runtime, version)
+from ._capi import (ABI_VERSION, Fa3jitError, Fa3jitRuntimeError, Fa3jitValueError, Kernel, LibraryNotFoundError,
+                    Runtime, Spec, capabilities, library_path, runtime, version)
 from .attention import flash_attn_func
 
 __all__ = [
     "flash_attn_func",
+    "Kernel",
     "compile_spec",
+    "capabilities",
     "version",
     "library_path",
     "Runtime",
     "runtime",
+    "ABI_VERSION",
     "Fa3jitError",
     "Fa3jitValueError",
     "Fa3jitRuntimeError",
@@ -30,14 +37,14 @@ __all__ = [
 ]
 
 
-def compile_spec(spec):
+def compile_spec(spec: Spec) -> Dict[str, Any]:
     """Compiles (or loads from the cache) the kernel of a spec, a JSON string or a dict
-    (generator/spec.h lists the fields), with the process-wide runtime. Needs no GPU.
+    (kernels/attention_fwd/spec.h lists the fields), with the process-wide runtime. Needs no GPU.
 
-    Returns a dict: key (cache key, hex), kernel_name, cache_hit (bool), ms (this call, milliseconds),
-    registers / spill_store_bytes / spill_load_bytes (ptxas, -1 = not reported), smem_bytes (dynamic shared
-    memory per block), num_threads, block_m, block_n. Raises Fa3jitValueError (a ValueError) for a bad spec
-    naming the field, Fa3jitRuntimeError (a RuntimeError) when NVRTC or the cache fails.
+    Returns a dict: key (cache key, hex), kernel_name, kind (the family, "attention_fwd"), summary (dtype,
+    head_dim, mask and tile in one line), cache_hit (bool), ms (this call, milliseconds), registers /
+    spill_store_bytes / spill_load_bytes (ptxas, -1 = not reported), smem_bytes (dynamic shared memory per
+    block), num_threads. Raises Fa3jitValueError (a ValueError) for a bad spec naming the field,
+    Fa3jitRuntimeError (a RuntimeError) when NVRTC or the cache fails, TypeError for neither str nor dict.
     """
-    text = spec if isinstance(spec, str) else _json.dumps(spec)
-    return runtime().compile_spec(text)
+    return runtime().compile_spec(spec)

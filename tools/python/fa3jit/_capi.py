@@ -1,8 +1,10 @@
-"""ctypes binding of the fa3jit C ABI (runtime/include/fa3jit/fa3jit.h).
+"""ctypes binding of the fa3jit C ABI, version 2 (runtime/include/fa3jit/fa3jit.h).
 
-Needs neither torch nor a GPU: the structs, the library lookup, the status -> exception mapping and one
-process-wide runtime. The struct layouts below mirror fa3jit.h field by field (ctypes applies the same
-natural alignment as the C compiler); tests/python/test_abi_layout.py compares the offsets with a C build.
+Needs neither torch nor a GPU: the structs, the library lookup, the status -> exception mapping, one
+process-wide runtime and kernel handles. The struct layouts below mirror fa3jit.h field by field (ctypes
+applies the same natural alignment as the C compiler); tests/python/test_abi_layout.py compares the offsets
+with a C build, and the bytes of PARAMS_CALL_STRUCT (the struct-module image of the per-call fields of
+fa3jit_forward_params that the hot path packs) with what C lays out.
 
 Library lookup, first match wins:
   1. the FA3JIT_LIBRARY environment variable (a path; an error if it does not exist),
@@ -13,14 +15,19 @@ Library lookup, first match wins:
      (an install made with `cmake --install build --prefix P` and P/lib on LD_LIBRARY_PATH).
 """
 
+from __future__ import annotations
+
 import ctypes
+import json
 import os
 import pathlib
+import struct
 import threading
+from typing import Any, Dict, List, Mapping, Optional, Union
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
-# fa3jit_status (values equal fa3jit::ErrorCode, generator/error.h).
+# fa3jit_status (values equal fa3jit::ErrorCode, core/error.h).
 OK = 0
 STATUS_NAMES = {
     0: "ok",
@@ -42,11 +49,18 @@ DTYPE_FP16 = 0
 DTYPE_BF16 = 1
 DTYPE_E4M3 = 2
 
+KEY_CAPACITY = 80
+KERNEL_NAME_CAPACITY = 128
+KIND_CAPACITY = 32
+SUMMARY_CAPACITY = 128
+
+Spec = Union[str, Mapping[str, Any]]
+
 
 class Fa3jitError(Exception):
     """An fa3jit call failed; `status` is the fa3jit_status value, `status_name` its name."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str):
         self.status = status
         self.status_name = STATUS_NAMES.get(status, "unknown")
         super().__init__(f"{message} [fa3jit {self.status_name}]")
@@ -64,7 +78,10 @@ class LibraryNotFoundError(RuntimeError):
     """libfa3jit.so could not be found or loaded; the message lists every place tried."""
 
 
+# ---- structs (fa3jit.h) ---------------------------------------------------------------------------------
+
 class Tensor(ctypes.Structure):
+    """fa3jit_tensor: device pointer and the batch/seq/head strides in elements (the dim axis has stride 1)."""
     _fields_ = [
         ("data", ctypes.c_void_p),
         ("stride_batch", ctypes.c_int64),
@@ -81,6 +98,7 @@ class RuntimeOptions(ctypes.Structure):
 
 
 class ForwardParams(ctypes.Structure):
+    """fa3jit_forward_params. Built with keywords, struct_size defaults to this struct's size."""
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("dtype", ctypes.c_int),
@@ -98,16 +116,25 @@ class ForwardParams(ctypes.Structure):
         ("out", Tensor),
         ("lse", ctypes.c_void_p),
         ("softmax_scale", ctypes.c_float),
-        ("spec_json", ctypes.c_char_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
     ]
 
-    def __init__(self, **fields):
+    def __init__(self, **fields: Any):
         fields.setdefault("struct_size", ctypes.sizeof(ForwardParams))
         super().__init__(**fields)
 
 
-KEY_CAPACITY = 80
-KERNEL_NAME_CAPACITY = 128
+# The per-call fields of ForwardParams, dtype through softmax_scale, for struct.pack_into at PARAMS_CALL_OFFSET:
+# native ("@") alignment pads exactly as the C compiler does. The hot path of flash_attn_func writes a whole
+# call with one pack_into into a per-thread ForwardParams (several times cheaper than setting ctypes fields);
+# struct_size is set once when that struct is made and the workspace fields stay NULL / 0. Pointers are "P"
+# (pass 0 for NULL), the enum dtype "i". tests/python/test_abi_layout.py compares the bytes with C's.
+PARAMS_CALL_STRUCT = struct.Struct("@i i 7q" + " P3q" * 4 + " P f")
+PARAMS_CALL_OFFSET = ForwardParams.dtype.offset
+if PARAMS_CALL_OFFSET + PARAMS_CALL_STRUCT.size != ForwardParams.softmax_scale.offset + 4:
+    # A wrong edit of either must never reach the library.
+    raise ImportError("fa3jit: PARAMS_CALL_STRUCT does not cover ForwardParams.dtype .. softmax_scale")
 
 
 class KernelInfo(ctypes.Structure):
@@ -122,14 +149,20 @@ class KernelInfo(ctypes.Structure):
         ("spill_load_bytes", ctypes.c_int32),
         ("smem_bytes", ctypes.c_int32),
         ("num_threads", ctypes.c_int32),
-        ("block_m", ctypes.c_int32),
-        ("block_n", ctypes.c_int32),
+        ("kind", ctypes.c_char * KIND_CAPACITY),
+        ("summary", ctypes.c_char * SUMMARY_CAPACITY),
     ]
 
-    def as_dict(self):
+    def __init__(self, **fields: Any):
+        fields.setdefault("struct_size", ctypes.sizeof(KernelInfo))
+        super().__init__(**fields)
+
+    def as_dict(self) -> Dict[str, Any]:
         return {
             "key": self.key.decode(),
             "kernel_name": self.kernel_name.decode(),
+            "kind": self.kind.decode(),
+            "summary": self.summary.decode(),
             "cache_hit": bool(self.cache_hit),
             "ms": self.ms,
             "registers": self.registers,
@@ -137,10 +170,10 @@ class KernelInfo(ctypes.Structure):
             "spill_load_bytes": self.spill_load_bytes,
             "smem_bytes": self.smem_bytes,
             "num_threads": self.num_threads,
-            "block_m": self.block_m,
-            "block_n": self.block_n,
         }
 
+
+# ---- library ------------------------------------------------------------------------------------------
 
 _lock = threading.Lock()
 _library = None
@@ -149,7 +182,7 @@ _runtime = None
 _runtime_lock = threading.Lock()  # separate from _lock: Runtime() takes _lock
 
 
-def library_candidates():
+def library_candidates() -> List[str]:
     """The paths tried, in order (see the module docstring)."""
     here = pathlib.Path(__file__).resolve().parent
     env = os.environ.get("FA3JIT_LIBRARY")
@@ -162,25 +195,37 @@ def library_candidates():
     return candidates + ["libfa3jit.so.0", "libfa3jit.so"]
 
 
-def _declare(lib):
-    lib.fa3jit_version.restype = ctypes.c_char_p
-    lib.fa3jit_version.argtypes = []
-    lib.fa3jit_last_error.restype = ctypes.c_char_p
-    lib.fa3jit_last_error.argtypes = []
-    lib.fa3jit_status_name.restype = ctypes.c_char_p
-    lib.fa3jit_status_name.argtypes = [ctypes.c_int]
-    lib.fa3jit_runtime_create.restype = ctypes.c_int
-    lib.fa3jit_runtime_create.argtypes = [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(ctypes.c_void_p)]
-    lib.fa3jit_runtime_destroy.restype = None
-    lib.fa3jit_runtime_destroy.argtypes = [ctypes.c_void_p]
-    lib.fa3jit_forward.restype = ctypes.c_int
-    lib.fa3jit_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(ForwardParams), ctypes.c_void_p]
-    lib.fa3jit_compile_spec.restype = ctypes.c_int
-    lib.fa3jit_compile_spec.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(KernelInfo)]
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    c_int, c_void_p, c_char_p = ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p
+    signatures = {
+        "fa3jit_version": (c_char_p, []),
+        "fa3jit_last_error": (c_char_p, []),
+        "fa3jit_status_name": (c_char_p, [c_int]),
+        "fa3jit_capabilities_json": (c_char_p, []),
+        "fa3jit_runtime_create": (c_int, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(c_void_p)]),
+        "fa3jit_runtime_destroy": (None, [c_void_p]),
+        # params as c_void_p: the hot path passes the address of its per-thread struct as an int (the
+        # cheapest conversion ctypes has); other callers pass ctypes.byref(ForwardParams).
+        "fa3jit_attention_forward": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p]),
+        "fa3jit_attention_workspace_size": (c_int, [c_void_p, c_void_p, ctypes.POINTER(ctypes.c_size_t)]),
+        "fa3jit_kernel_create": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
+        "fa3jit_kernel_destroy": (None, [c_void_p]),
+        "fa3jit_kernel_get_info": (c_int, [c_void_p, ctypes.POINTER(KernelInfo)]),
+        "fa3jit_compile_spec": (c_int, [c_void_p, c_char_p, ctypes.POINTER(KernelInfo)]),
+    }
+    missing = [name for name in signatures if not hasattr(lib, name)]
+    if missing:
+        raise LibraryNotFoundError(f"the loaded fa3jit library lacks {', '.join(missing)}: it is older than this "
+                                   f"package (C ABI version {ABI_VERSION}); rebuild it or point FA3JIT_LIBRARY at "
+                                   f"a current build")
+    for name, (restype, argtypes) in signatures.items():
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
     return lib
 
 
-def library():
+def library() -> ctypes.CDLL:
     """The loaded libfa3jit (ctypes.CDLL), loaded once. Raises LibraryNotFoundError."""
     global _library, _library_path
     with _lock:
@@ -205,69 +250,192 @@ def library():
         raise LibraryNotFoundError("libfa3jit.so not found; tried: " + "; ".join(tried) + ". " + hint)
 
 
-def library_path():
+def library_path() -> str:
     """Path or name the library was loaded from (loads it if needed)."""
     library()
     return _library_path
 
 
-def check(status, function):
-    """Raises the exception for a non-zero fa3jit_status, with the thread's last-error message."""
-    if status == OK:
-        return
+def error_for(status: int, function: str) -> Fa3jitError:
+    """The exception for a non-zero fa3jit_status, with this thread's last-error message (read at once: the
+    next fa3jit call of the thread replaces it)."""
     message = library().fa3jit_last_error().decode(errors="replace") or "(no message)"
     error_type = Fa3jitValueError if status in VALUE_ERROR_STATUSES else Fa3jitRuntimeError
-    raise error_type(status, f"{function}: {message}")
+    return error_type(status, f"{function}: {message}")
 
 
-def version():
+def check(status: int, function: str) -> None:
+    """Raises the exception for a non-zero fa3jit_status, with the thread's last-error message."""
+    if status != OK:
+        raise error_for(status, function)
+
+
+def version() -> str:
+    """The library's version, "MAJOR.MINOR.PATCH"."""
     return library().fa3jit_version().decode()
 
+
+def capabilities() -> Dict[str, Any]:
+    """What the loaded library generates, parsed from fa3jit_capabilities_json(): {"abi_version": int,
+    "version": str, "families": {"attention_fwd": {"dtypes": ["fp16", "bf16"], "head_dims": [64, 128, 256],
+    "head_dim_v_may_differ": bool, "features": [...], "description": str}}}. A new dict on every call. Needs
+    no GPU. Raises LibraryNotFoundError."""
+    return json.loads(library().fa3jit_capabilities_json().decode())
+
+
+def spec_text(spec: Spec) -> str:
+    """A spec as JSON text: a str is taken as is, a mapping is serialised."""
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, Mapping):
+        return json.dumps(dict(spec))
+    raise TypeError(f"spec: expected a JSON string or a dict; got {type(spec).__name__}")
+
+
+# ---- runtime and kernels ------------------------------------------------------------------------------
 
 class Runtime:
     """One fa3jit_runtime. Usually use runtime() (one per process); a separate one is useful for tools
     that need their own cache directory (bench/compile_time.py)."""
 
-    def __init__(self, cache_dir=None):
+    def __init__(self, cache_dir: Optional[Union[str, os.PathLike]] = None):
         lib = library()
         options = RuntimeOptions(ctypes.sizeof(RuntimeOptions),
                                  None if cache_dir is None else os.fsencode(cache_dir))
         handle = ctypes.c_void_p()
         check(lib.fa3jit_runtime_create(ctypes.byref(options), ctypes.byref(handle)), "fa3jit_runtime_create")
-        self._handle = handle
+        self._handle: Optional[int] = handle.value
         self._lib = lib
 
-    def close(self):
-        """Destroys the runtime; kernels launched through it must have finished."""
-        if self._handle:
-            self._lib.fa3jit_runtime_destroy(self._handle)
-            self._handle = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def _live_handle(self):
+    @property
+    def handle(self) -> int:
+        """The fa3jit_runtime* as an int. Raises RuntimeError once closed."""
         if not self._handle:
             raise RuntimeError("fa3jit Runtime is closed")
         return self._handle
 
-    def compile_spec(self, spec_json):
-        """Compiles (or loads from the cache) the kernel of a JSON spec (str). Returns KernelInfo.as_dict()."""
-        info = KernelInfo(struct_size=ctypes.sizeof(KernelInfo))
-        status = self._lib.fa3jit_compile_spec(self._live_handle(), spec_json.encode(), ctypes.byref(info))
+    def _live_handle(self) -> int:
+        return self.handle
+
+    def close(self) -> None:
+        """Destroys the runtime; kernels launched through it must have finished, and its Kernel objects
+        must not be used any more."""
+        if self._handle:
+            self._lib.fa3jit_runtime_destroy(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def compile_spec(self, spec: Spec) -> Dict[str, Any]:
+        """Compiles (or loads from the cache) the kernel of a spec (JSON text or dict). Needs no GPU.
+        Returns KernelInfo.as_dict(). Raises Fa3jitValueError for a bad spec, Fa3jitRuntimeError when NVRTC
+        or the cache fails."""
+        info = KernelInfo()
+        status = self._lib.fa3jit_compile_spec(self.handle, spec_text(spec).encode(), ctypes.byref(info))
         check(status, "fa3jit_compile_spec")
         return info.as_dict()
 
-    def forward(self, params, stream):
-        """Launches with a ForwardParams on a CUstream given as an int (0 = legacy default stream)."""
-        status = self._lib.fa3jit_forward(self._live_handle(), ctypes.byref(params), ctypes.c_void_p(stream or None))
-        check(status, "fa3jit_forward")
+    def create_kernel(self, spec: Spec) -> "Kernel":
+        """Kernel(spec, runtime=self)."""
+        return Kernel(spec, runtime=self)
+
+    def forward(self, params: ForwardParams, stream: Optional[int], kernel: Optional["Kernel"] = None) -> None:
+        """fa3jit_attention_forward with a ForwardParams on a CUstream given as an int (0 or None = the legacy
+        default stream), on `kernel` when given (else the tile table's kernel). Raises Fa3jitError."""
+        kernel_handle = None if kernel is None else kernel.handle
+        status = self._lib.fa3jit_attention_forward(self.handle, kernel_handle, ctypes.byref(params), stream or None)
+        check(status, "fa3jit_attention_forward")
+
+    def workspace_size(self, params: ForwardParams) -> int:
+        """fa3jit_attention_workspace_size: bytes of device workspace a call with these params needs (0 for
+        every attention forward of this release). Raises Fa3jitValueError for a bad struct_size."""
+        size = ctypes.c_size_t()
+        status = self._lib.fa3jit_attention_workspace_size(self.handle, ctypes.byref(params), ctypes.byref(size))
+        check(status, "fa3jit_attention_workspace_size")
+        return size.value
 
 
-def runtime():
+class Kernel:
+    """A compiled and loaded kernel of one spec (an fa3jit_kernel handle): create it once, before serving, and
+    pass it as `flash_attn_func(..., kernel=k)`; the calls then read no JSON and skip the tile table.
+
+    spec: JSON text or a dict (kernels/attention_fwd/spec.h lists the fields; "kind" defaults to
+    "attention_fwd"). The calls must agree with the spec's dtype, head dims and causal flag, else they raise
+    Fa3jitValueError (invalid_argument) naming the mismatch. Creating needs the CUDA driver (the kernel is
+    loaded into it). Raises Fa3jitValueError (invalid_spec, unsupported), Fa3jitRuntimeError (compile_failed,
+    no_driver, driver_error, cache_error), TypeError for a spec that is neither str nor dict.
+
+    The handle is destroyed by close(), by leaving a `with` block, or when the object is collected; the code
+    stays loaded while its runtime lives.
+    """
+
+    def __init__(self, spec: Spec, runtime: Optional[Runtime] = None):
+        self.spec = spec_text(spec)
+        self.runtime = runtime if runtime is not None else _process_runtime()
+        self._lib = self.runtime._lib
+        handle = ctypes.c_void_p()
+        status = self._lib.fa3jit_kernel_create(self.runtime.handle, self.spec.encode(), ctypes.byref(handle))
+        check(status, "fa3jit_kernel_create")
+        self._handle: Optional[int] = handle.value
+        # (runtime, kernel) handles as flash_attn_func reads them, one attribute access per call; None = closed.
+        self._handles = (self.runtime.handle, self._handle)
+        self._info: Optional[Dict[str, Any]] = None
+
+    @property
+    def handle(self) -> int:
+        """The fa3jit_kernel* as an int. Raises ValueError once closed."""
+        if not self._handle:
+            raise ValueError("fa3jit Kernel is closed")
+        return self._handle
+
+    def info(self) -> Dict[str, Any]:
+        """fa3jit_kernel_get_info as a dict (KernelInfo.as_dict(): key, kernel_name, kind, summary, cache_hit,
+        ms, registers, spill_store_bytes, spill_load_bytes, smem_bytes, num_threads)."""
+        if self._info is None:
+            info = KernelInfo()
+            check(self._lib.fa3jit_kernel_get_info(self.handle, ctypes.byref(info)), "fa3jit_kernel_get_info")
+            self._info = info.as_dict()
+        return dict(self._info)
+
+    @property
+    def name(self) -> str:
+        """The kernel's entry point, e.g. fa3jit_attention_fwd_bf16_d128_causal_1a2b3c4d."""
+        return self.info()["kernel_name"]
+
+    @property
+    def summary(self) -> str:
+        """One line: dtype, head_dim, mask and tile, e.g. "bf16 d128 causal 128x176 wg2 st2 pingpong overlap"."""
+        return self.info()["summary"]
+
+    def close(self) -> None:
+        """Destroys the handle (idempotent). Calls passing this kernel afterwards raise ValueError."""
+        handle, self._handle, self._handles = self._handle, None, None
+        if handle:
+            self._lib.fa3jit_kernel_destroy(handle)
+
+    def __enter__(self) -> "Kernel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Only frees the host-side handle (never the loaded code), so it is safe at any time, even after the
+        # runtime was closed; getattr: __init__ may have failed before the handle existed.
+        if getattr(self, "_handle", None):
+            self.close()
+
+    def __repr__(self) -> str:
+        if not self._handle:
+            return "<fa3jit.Kernel (closed)>"
+        return f"<fa3jit.Kernel {self.summary!r} {self.name}>"
+
+
+def runtime() -> Runtime:
     """The process-wide Runtime, created on first use (thread-safe). Its cache directory comes from the
     environment (FA3JIT_CACHE_DIR, else $XDG_CACHE_HOME/fa3jit, else ~/.cache/fa3jit). It is never destroyed:
     destroying at interpreter exit could race with the CUDA driver's own teardown."""
@@ -277,3 +445,8 @@ def runtime():
             if _runtime is None:
                 _runtime = Runtime()
     return _runtime
+
+
+def _process_runtime() -> Runtime:
+    # Kernel.__init__'s `runtime` argument hides the module function of that name.
+    return runtime()

@@ -1,58 +1,180 @@
-"""flash_attn_func over torch tensors, through the C ABI (no build against torch; torch is imported lazily)."""
+"""flash_attn_func over torch tensors, through the C ABI (no build against torch; torch is imported lazily).
 
+The call path is written for host cost: a serving loop calls it once per layer and step, so every
+microsecond counts. What it does per call, and why it is enough:
+  - Python checks only what the library cannot see: that the arguments are torch tensors on CUDA, the dtype
+    (the library gets a dtype code, not the tensors' dtypes), that q, k, v and out agree in shape (the
+    library gets one batch, seqlen and head count per role, so it cannot tell that k has fewer batches than
+    q) and that the last dimension is contiguous (the C ABI has no stride for it). Alignment, strides,
+    extents, head dims, head counts and devices are checked by the library, which names the argument.
+  - out is allocated with one torch.empty_like (lse only when asked for).
+  - The stream is read with torch._C._cuda_getCurrentRawStream, and torch.cuda.device is entered only when
+    another device than q's is current (never on a one-GPU machine): the library uses the current CUDA
+    context and makes q's device's primary context current when there is none.
+  - The parameters are written with one struct.pack_into into a ctypes struct kept per thread (only the
+    fields a call sets), and the library is called with plain ints.
+"""
+
+from __future__ import annotations
+
+import ctypes
 import math
+import threading
+from typing import Any, Optional, Tuple, Union
 
 from . import _capi
 
-_TORCH_DTYPES = None  # torch dtype -> fa3jit_dtype, filled on first use
+# Bound by _bind_torch() on the first call; _Tensor doubles as the "bound" flag (it is set last).
+_torch: Any = None
+_Tensor: Any = None
+_DTYPE_CODES: dict = {}       # torch dtype -> fa3jit_dtype
+_contiguous_format: Any = None
+_float32: Any = None
+_current_stream: Any = None   # device index -> cudaStream_t of torch's current stream there, as an int
+_current_device: Any = None   # () -> torch's current CUDA device; None with one GPU (no switch is ever needed)
+
+_runtime_handle: Optional[int] = None  # the process-wide runtime's fa3jit_runtime*, once created
+_attention_forward: Any = None         # the library's fa3jit_attention_forward, bound with torch
+_pack_params = _capi.PARAMS_CALL_STRUCT.pack_into
+_PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
+_FLOAT32_MAX = 3.4028234663852886e38
+_local = threading.local()             # .params = (ForwardParams, its address): one struct per thread
 
 
-def _torch():
+def _bind_torch() -> None:
+    global _torch, _Tensor, _DTYPE_CODES, _contiguous_format, _float32, _current_stream, _current_device
+    global _attention_forward
     try:
         import torch
     except ImportError as error:
         raise RuntimeError("fa3jit.flash_attn_func needs torch (pip install torch); the C ABI binding "
                            "(fa3jit.Runtime, fa3jit.compile_spec) does not") from error
-    global _TORCH_DTYPES
-    if _TORCH_DTYPES is None:
-        table = {torch.float16: _capi.DTYPE_FP16, torch.bfloat16: _capi.DTYPE_BF16}
-        if hasattr(torch, "float8_e4m3fn"):
-            table[torch.float8_e4m3fn] = _capi.DTYPE_E4M3  # passed through; the library says it is unsupported
-        _TORCH_DTYPES = table
-    return torch
+    codes = {torch.float16: _capi.DTYPE_FP16, torch.bfloat16: _capi.DTYPE_BF16}
+    if hasattr(torch, "float8_e4m3fn"):
+        codes[torch.float8_e4m3fn] = _capi.DTYPE_E4M3  # passed through; the library says it is unsupported
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw_stream is None:  # older torch: the public (slower) way
+        def raw_stream(index: int) -> int:
+            return torch.cuda.current_stream(index).cuda_stream
+    current_device = None
+    if torch.cuda.device_count() > 1:
+        current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+    _torch, _DTYPE_CODES, _contiguous_format, _float32 = torch, codes, torch.contiguous_format, torch.float32
+    _current_stream, _current_device = raw_stream, current_device
+    _attention_forward = _capi.library().fa3jit_attention_forward  # raises LibraryNotFoundError
+    _Tensor = torch.Tensor
 
 
-def _as_tensor(torch, x, name):
-    """torch.Tensor as is; __cuda_array_interface__ and DLPack producers as zero-copy torch views."""
-    if isinstance(x, torch.Tensor):
+def _bind_runtime() -> int:
+    global _runtime_handle
+    _runtime_handle = _capi.runtime().handle
+    return _runtime_handle
+
+
+def _thread_params() -> Tuple[_capi.ForwardParams, int]:
+    # struct_size is set here, once; workspace stays NULL / 0 bytes: no attention forward of this release
+    # needs one (fa3jit_attention_workspace_size is 0), and every other field is packed on each call.
+    params = _capi.ForwardParams()
+    entry = (params, ctypes.addressof(params))
+    _local.params = entry
+    return entry
+
+
+# ---- slow paths: conversions and error messages, out of the hot function --------------------------------
+
+def _as_tensor(x: Any, name: str) -> Any:
+    """torch.Tensor (or a subclass) as is; __cuda_array_interface__ and DLPack producers as zero-copy views."""
+    if isinstance(x, _Tensor):
         return x
     if hasattr(x, "__cuda_array_interface__"):
-        return torch.as_tensor(x, device="cuda")
+        return _torch.as_tensor(x, device="cuda")
     if hasattr(x, "__dlpack__"):
-        return torch.from_dlpack(x)
+        return _torch.from_dlpack(x)
     raise TypeError(f"{name}: expected a torch.Tensor or an object with __cuda_array_interface__ or __dlpack__; "
                     f"got {type(x).__name__}")
 
 
-def _check_tensor(torch, t, name, layout, device):
-    if t.dim() != 4:
-        raise ValueError(f"{name} must have 4 dimensions {layout}; got shape {tuple(t.shape)}")
-    if t.dtype not in _TORCH_DTYPES:
-        raise ValueError(f"{name}.dtype is {t.dtype}; expected torch.float16 or torch.bfloat16")
-    if t.device.type != "cuda":
-        raise ValueError(f"{name} is on {t.device}; expected a CUDA tensor")
-    if device is not None and t.device != device:
-        raise ValueError(f"{name} is on {t.device} but q is on {device}; all tensors must be on one device")
-    if t.shape[3] > 1 and t.stride(3) != 1:
-        raise ValueError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); "
-                         f"got strides {tuple(t.stride())}")
+def _dtype_error(q: Any, k: Any, v: Any) -> ValueError:
+    if q.dtype not in _DTYPE_CODES:
+        return ValueError(f"q.dtype is {q.dtype}; expected torch.float16 or torch.bfloat16")
+    for t, name in ((k, "k"), (v, "v")):
+        if t.dtype is not q.dtype:
+            return ValueError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}; they must match")
+    return ValueError("dtype check failed")  # not reached
 
 
-def _view(t):
-    return _capi.Tensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+def _device_error(**tensors: Any) -> ValueError:
+    for name, t in tensors.items():
+        if not t.is_cuda:
+            return ValueError(f"{name} is on {t.device}; expected a CUDA tensor")
+    return ValueError("device check failed")  # not reached
 
 
-def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, out=None):
+_LAYOUTS = {"q": "(batch, seqlen_q, num_heads, head_dim)", "k": "(batch, seqlen_k, num_heads_kv, head_dim)",
+            "v": "(batch, seqlen_k, num_heads_kv, head_dim_v)", "out": "(batch, seqlen_q, num_heads, head_dim_v)"}
+
+
+def _rank_error(**tensors: Any) -> ValueError:
+    for name, t in tensors.items():
+        if t.dim() != 4:
+            return ValueError(f"{name} must have 4 dimensions {_LAYOUTS[name]}; got shape {tuple(t.shape)}")
+    return ValueError("rank check failed")  # not reached
+
+
+def _check_last_dim(**tensors: Any) -> None:
+    """Raises unless every tensor's last dimension is contiguous; a size-1 dimension's stride never matters."""
+    for name, t in tensors.items():
+        if t.shape[3] > 1 and t.stride(3) != 1:
+            raise ValueError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); "
+                             f"got strides {tuple(t.stride())}")
+
+
+def _checked_scale(softmax_scale: Any) -> float:
+    scale = float(softmax_scale)
+    if scale == 0.0 or not math.isfinite(scale) or abs(scale) > _FLOAT32_MAX:
+        raise ValueError(f"softmax_scale is {softmax_scale}; expected a finite non-zero float32 value or None")
+    return scale
+
+
+def _checked_out(out: Any, q: Any, shape: Tuple[int, int, int, int]) -> Any:
+    if not isinstance(out, _Tensor):
+        out = _as_tensor(out, "out")
+    if not out.is_cuda:
+        raise ValueError(f"out is on {out.device}; expected a CUDA tensor")
+    if out.shape != shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}; expected {shape}")
+    if out.dtype is not q.dtype:
+        raise ValueError(f"out.dtype is {out.dtype} but q.dtype is {q.dtype}; they must match")
+    return out
+
+
+def _kernel_handles(kernel: Any) -> Tuple[int, int]:
+    if not isinstance(kernel, _capi.Kernel):
+        raise TypeError(f"kernel: expected an fa3jit.Kernel or None; got {type(kernel).__name__}")
+    handles = kernel._handles
+    if handles is None:
+        raise ValueError("kernel: this fa3jit.Kernel is closed")
+    return handles
+
+
+def _degenerate(out: Any, lse: Any, return_lse: bool) -> Any:
+    # FlashAttention-3's convention: no key at all gives out = 0 and lse = +inf; empty outputs stay empty.
+    out.zero_()
+    if lse is not None:
+        lse.fill_(math.inf)
+    return (out, lse) if return_lse else out
+
+
+def _forward_on_device(device: int, *args: Any) -> int:
+    with _torch.cuda.device(device):
+        return _attention_forward(*args)
+
+
+# ---- the call -------------------------------------------------------------------------------------------
+
+def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] = None, causal: bool = False,
+                    return_lse: bool = False, out: Any = None,
+                    kernel: Optional[_capi.Kernel] = None) -> Union[Any, Tuple[Any, Any]]:
     """Attention forward, out = softmax(softmax_scale * q k^T [+ causal mask]) v, on an NVIDIA Hopper GPU.
 
     Shapes (FlashAttention's layout; strides are free except that head_dim is contiguous, and every stride
@@ -60,69 +182,102 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
       q   (batch, seqlen_q, num_heads,    head_dim)
       k   (batch, seqlen_k, num_heads_kv, head_dim)
       v   (batch, seqlen_k, num_heads_kv, head_dim_v)
-      out (batch, seqlen_q, num_heads,    head_dim_v), dtype of q; allocated unless given
+      out (batch, seqlen_q, num_heads,    head_dim_v), dtype of q; allocated contiguous unless given
     dtype: torch.float16 or torch.bfloat16 (all of q, k, v, out alike). head_dim: 64, 128 or 256
-    (head_dim_v = head_dim). GQA/MQA: num_heads must be a multiple of num_heads_kv.
-    softmax_scale: None = 1/sqrt(head_dim). causal: bottom-right aligned (FlashAttention >= 2.1): query row i
-    sees keys j <= i + seqlen_k - seqlen_q; a row that sees no key gets out = 0 and lse = -inf.
+    (head_dim_v = head_dim; fa3jit.capabilities() lists them). GQA/MQA: num_heads must be a multiple of
+    num_heads_kv. softmax_scale: None = 1/sqrt(head_dim). causal: bottom-right aligned (FlashAttention >= 2.1):
+    query row i sees keys j <= i + seqlen_k - seqlen_q; a row that sees no key gets out = 0 and lse = -inf.
+    kernel: an fa3jit.Kernel whose spec agrees with the call (dtype, head dims, causal), or None for the
+    tile table's kernel of the call's class (compiled or loaded on the first call of the class).
     Accepts torch tensors, and objects with __cuda_array_interface__ or __dlpack__ (viewed through torch).
-    Runs asynchronously on torch.cuda.current_stream() of q's device. Forward only: no autograd.
+    Runs asynchronously on torch's current stream of q's device. Forward only: no autograd.
     Degenerate shapes are answered here: batch or seqlen_q 0 gives empty outputs; seqlen_k 0 gives out = 0
     and lse = +inf (FlashAttention-3's convention).
 
-    Returns out, or (out, lse) when return_lse; lse is float32 (batch, num_heads, seqlen_q), natural log of
-    the sum over visible keys of exp(softmax_scale * q.k).
+    Returns out, or (out, lse) when return_lse; lse is float32 (batch, num_heads, seqlen_q), contiguous,
+    natural log of the sum over visible keys of exp(softmax_scale * q.k).
     Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects: invalid_argument, invalid_spec,
-    unsupported) for a bad argument, RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching
-    fails, TypeError for a non-tensor argument. The library's message names the argument and what is allowed.
+    unsupported) for a bad argument or a closed kernel, RuntimeError (fa3jit.Fa3jitRuntimeError) when
+    compiling or launching fails, TypeError for a non-tensor argument or a kernel that is not an fa3jit.Kernel.
+    The library's message names the argument and what is allowed.
     """
-    torch = _torch()
-    q, k, v = (_as_tensor(torch, x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
-    _check_tensor(torch, q, "q", "(batch, seqlen_q, num_heads, head_dim)", None)
-    _check_tensor(torch, k, "k", "(batch, seqlen_k, num_heads_kv, head_dim)", q.device)
-    _check_tensor(torch, v, "v", "(batch, seqlen_k, num_heads_kv, head_dim_v)", q.device)
-    for t, name in ((k, "k"), (v, "v")):
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}; they must match")
-    batch, seqlen_q, num_heads, head_dim = q.shape
-    _, seqlen_k, num_heads_kv, _ = k.shape
-    head_dim_v = v.shape[3]
-    if k.shape[0] != batch or k.shape[3] != head_dim:
+    if _Tensor is None:
+        _bind_torch()
+    Tensor = _Tensor
+    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor:
+        q, k, v = _as_tensor(q, "q"), _as_tensor(k, "k"), _as_tensor(v, "v")
+    dtype = q.dtype
+    dtype_code = _DTYPE_CODES.get(dtype)
+    if dtype_code is None or k.dtype is not dtype or v.dtype is not dtype:
+        raise _dtype_error(q, k, v)
+    if not (q.is_cuda and k.is_cuda and v.is_cuda):
+        raise _device_error(q=q, k=k, v=v)
+    try:
+        batch, seqlen_q, num_heads, head_dim = q.shape
+        batch_k, seqlen_k, num_heads_kv, head_dim_k = k.shape
+        batch_v, seqlen_v, num_heads_v, head_dim_v = v.shape
+    except ValueError:  # not 4 values to unpack
+        raise _rank_error(q=q, k=k, v=v) from None
+    if batch_k != batch or head_dim_k != head_dim:
         raise ValueError(f"k has shape {tuple(k.shape)}; expected (batch={batch}, seqlen_k, num_heads_kv, "
                          f"head_dim={head_dim}) to match q {tuple(q.shape)}")
-    if tuple(v.shape[:3]) != tuple(k.shape[:3]):
-        raise ValueError(f"v has shape {tuple(v.shape)}; its first three dimensions must equal k's {tuple(k.shape[:3])}")
-    expected_out = (batch, seqlen_q, num_heads, head_dim_v)
+    if batch_v != batch_k or seqlen_v != seqlen_k or num_heads_v != num_heads_kv:
+        raise ValueError(f"v has shape {tuple(v.shape)}; its first three dimensions must equal k's "
+                         f"{tuple(k.shape[:3])}")
+    q_sb, q_ss, q_sh, q_sd = q.stride()
+    k_sb, k_ss, k_sh, k_sd = k.stride()
+    v_sb, v_ss, v_sh, v_sd = v.stride()
+    if q_sd != 1 or k_sd != 1 or v_sd != 1:
+        _check_last_dim(q=q, k=k, v=v)
+    scale = 0.0 if softmax_scale is None else _checked_scale(softmax_scale)  # 0 = the C ABI's 1/sqrt(head_dim)
+
     if out is None:
-        out = torch.empty(expected_out, dtype=q.dtype, device=q.device)
+        # Contiguous, so its strides are known without asking torch; empty_like is the cheapest allocation
+        # (no shape, dtype or device to parse) and is right whenever out has q's shape.
+        if head_dim_v == head_dim:
+            out = _torch.empty_like(q, memory_format=_contiguous_format)
+        else:
+            out = q.new_empty((batch, seqlen_q, num_heads, head_dim_v))
+        o_sh = head_dim_v
+        o_ss = num_heads * head_dim_v
+        o_sb = seqlen_q * o_ss
     else:
-        out = _as_tensor(torch, out, "out")
-        _check_tensor(torch, out, "out", "(batch, seqlen_q, num_heads, head_dim_v)", q.device)
-        if tuple(out.shape) != expected_out:
-            raise ValueError(f"out has shape {tuple(out.shape)}; expected {expected_out}")
-        if out.dtype != q.dtype:
-            raise ValueError(f"out.dtype is {out.dtype} but q.dtype is {q.dtype}; they must match")
-    if softmax_scale is None:
-        scale = 0.0  # the C ABI's "1/sqrt(head_dim)"
+        expected = (batch, seqlen_q, num_heads, head_dim_v)
+        if type(out) is not Tensor or out.dtype is not dtype or not out.is_cuda or out.shape != expected:
+            out = _checked_out(out, q, expected)  # converts a foreign array, or raises naming what is wrong
+        o_sb, o_ss, o_sh, o_sd = out.stride()
+        if o_sd != 1:
+            _check_last_dim(out=out)
+    if return_lse:
+        lse = _torch.empty((batch, num_heads, seqlen_q), dtype=_float32, device=q.device)
+        lse_ptr = lse.data_ptr()
     else:
-        scale = float(softmax_scale)
-        if scale == 0.0 or not math.isfinite(scale):
-            raise ValueError(f"softmax_scale is {softmax_scale}; expected a finite non-zero value or None")
-    lse = torch.empty((batch, num_heads, seqlen_q), dtype=torch.float32, device=q.device) if return_lse else None
+        lse, lse_ptr = None, 0
+    if seqlen_k == 0 or batch * seqlen_q * num_heads * head_dim_v == 0:
+        return _degenerate(out, lse, return_lse)
 
-    if out.numel() == 0 or seqlen_k == 0:
-        out.zero_()
-        if lse is not None:
-            lse.fill_(math.inf)
-        return (out, lse) if return_lse else out
-
-    params = _capi.ForwardParams(
-        dtype=_TORCH_DTYPES[q.dtype], causal=1 if causal else 0,
-        batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_heads=num_heads, num_heads_kv=num_heads_kv,
-        head_dim=head_dim, head_dim_v=head_dim_v,
-        q=_view(q), k=_view(k), v=_view(v), out=_view(out),
-        lse=lse.data_ptr() if lse is not None else None, softmax_scale=scale, spec_json=None)
-    runtime = _capi.runtime()
-    with torch.cuda.device(q.device):
-        runtime.forward(params, torch.cuda.current_stream(q.device).cuda_stream)
+    if kernel is None:
+        runtime_handle = _runtime_handle or _bind_runtime()
+        kernel_handle = None
+    else:
+        runtime_handle, kernel_handle = _kernel_handles(kernel)
+    try:
+        params, address = _local.params
+    except AttributeError:
+        params, address = _thread_params()
+    _pack_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
+                 batch, seqlen_q, seqlen_k, num_heads, num_heads_kv, head_dim, head_dim_v,
+                 q.data_ptr(), q_sb, q_ss, q_sh,
+                 k.data_ptr(), k_sb, k_ss, k_sh,
+                 v.data_ptr(), v_sb, v_ss, v_sh,
+                 out.data_ptr(), o_sb, o_ss, o_sh,
+                 lse_ptr, scale)
+    device = q.get_device()
+    stream = _current_stream(device)
+    if _current_device is not None and _current_device() != device:
+        status = _forward_on_device(device, runtime_handle, kernel_handle, address, stream)
+    else:
+        status = _attention_forward(runtime_handle, kernel_handle, address, stream)
+    if status:
+        raise _capi.error_for(status, "fa3jit_attention_forward")
     return (out, lse) if return_lse else out
