@@ -45,7 +45,7 @@ for stage in "${stages[@]}"; do
     host)
       timeout 120 build/fa3jit_host_cost --json "$out/host_cost_cpp.json" > "$out/host_cost_cpp.log" 2>&1
       echo "host cost C++ rc=$?"; cat "$out/host_cost_cpp.log"
-      timeout 300 python3 bench/host_cost.py --json "$out/host_cost_py.json" > "$out/host_cost_py.log" 2>&1
+      PYTHONUNBUFFERED=1 timeout 300 python3 bench/host_cost.py ${FA3_SITE:+--fa3-site "$FA3_SITE"} --json "$out/host_cost_py.json" > "$out/host_cost_py.log" 2>&1
       echo "host cost Python rc=$?"; grep -E "^\||available" "$out/host_cost_py.log" ;;
     compare)
       # Every config timed by the older build and by this one, alternating (A B A B), in this one run.

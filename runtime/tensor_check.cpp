@@ -115,11 +115,11 @@ void check_no_self_overlap(const TensorView& t, const TensorShape& s) {
   }
 }
 
-CallDevice call_device(const void* anchor_ptr, const char* anchor) {
+CallDevice call_device(const void* anchor_ptr, const char* pointer_name, const char* anchor) {
   const Driver& d = driver();
   CallDevice device;
   device.anchor = anchor;
-  device.ordinal = pointer_device(anchor_ptr, anchor);
+  device.ordinal = pointer_device(anchor_ptr, pointer_name);
   check_cu(d.cuCtxGetCurrent(&device.ctx), "cuCtxGetCurrent");
   if (device.ctx == nullptr) {
     ensure_context(device.ordinal);

@@ -49,8 +49,9 @@ struct CallDevice {
 };
 
 /// The call's device and context: the current context, or the anchor's device's primary context made current
-/// when none is. bad_argument when `anchor_ptr` is no device pointer.
-CallDevice call_device(const void* anchor_ptr, const char* anchor);
+/// when none is. bad_argument naming `pointer_name` (e.g. "q.data") when `anchor_ptr` is no device pointer;
+/// later messages name the tensor `anchor` (e.g. "q").
+CallDevice call_device(const void* anchor_ptr, const char* pointer_name, const char* anchor);
 
 /// [ptr, ptr + bytes) must lie inside the allocation holding ptr, on the call's device (one
 /// cuPointerGetAttributes). `shape` and `view` (either may be null) describe the tensor for the message.

@@ -89,7 +89,7 @@ CallShape check_shape(const CombineArgs& a) {
 // Device-side checks: every tensor on out_partial's device, inside its allocation, out and lse overlapping
 // nothing. Returns the context the call runs in.
 CUcontext check_device_tensors(const CombineArgs& a, const CallShape& s, void* stream) {
-  const CallDevice device = call_device(a.out_partial, "out_partial");
+  const CallDevice device = call_device(a.out_partial, "out_partial", "out_partial");
   check_context_and_stream(device, stream);
   // Sizes: at most 256 splits x 2^31 rows x 512 x 4 bytes, far inside 64 bits.
   const int64_t out_partial_bytes = s.num_splits * s.num_rows * s.head_dim_v * 4;

@@ -229,7 +229,7 @@ LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* strea
   // step runs the non-causal kernel and gives exactly the non-causal result (FA3 does the same).
   const ShapeClass key{static_cast<int>(args.dtype), static_cast<int>(shape.head_dim),
                        static_cast<int>(shape.head_dim_v), args.causal && shape.seqlen_q > 1 ? 1 : 0};
-  const CallDevice device = call_device(args.q.data, "q");
+  const CallDevice device = call_device(args.q.data, "q.data", "q");
   Memo& memo = t_memo;
   if (!(memo.runtime_id == runtime.id() && memo.key == key && memo.ctx == device.ctx)) {
     const Kernel& kernel = plan_for(runtime, key);
@@ -242,7 +242,7 @@ LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* strea
 LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* stream) {
   const CallShape shape = check_shape(args);
   check_agrees(kernel.spec(), args, shape);
-  const CallDevice device = call_device(args.q.data, "q");
+  const CallDevice device = call_device(args.q.data, "q.data", "q");
   return build_launch(kernel.config(), kernel.loaded().function_for(device.ctx), kernel.loaded().launch(), device, args,
                       shape, stream);
 }
