@@ -82,6 +82,8 @@ Loaded load() {
   FA3JIT_RESOLVE(cuMemcpyDtoH);
   FA3JIT_RESOLVE(cuMemsetD8);
   FA3JIT_RESOLVE(cuStreamSynchronize);
+  FA3JIT_RESOLVE(cuStreamCreate);
+  FA3JIT_RESOLVE(cuStreamDestroy);
   FA3JIT_RESOLVE(cuCtxSynchronize);
   FA3JIT_RESOLVE(cuEventCreate);
   FA3JIT_RESOLVE(cuEventRecord);

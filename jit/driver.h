@@ -46,6 +46,8 @@ struct Driver {
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);  // _v2 at 13000
   CUresult (*cuCtxSynchronize)(CUcontext);  // _v2 at 13000: takes the context (null = current)
   CUresult (*cuEventCreate)(CUevent*, unsigned int);
   CUresult (*cuEventRecord)(CUevent, CUstream);
