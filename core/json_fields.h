@@ -12,9 +12,17 @@ namespace fa3jit::json_fields {
 
 using nlohmann::json;
 
+/// Objects and arrays nested deeper than this are rejected before any json value is built: every spec and
+/// sweep file needs at most 4 levels, and a deeper document would overflow the stack in nlohmann's recursive
+/// copy, comparison and dump.
+inline constexpr int kMaxDepth = 64;
+/// Spec and sweep files are at most this large (real ones are under 2 KB).
+inline constexpr int64_t kMaxFileBytes = int64_t{1} << 20;
+
 [[noreturn]] void fail(const std::string& message);
 
-/// The value as the user wrote it, shortened to 60 characters so a huge value does not flood a message.
+/// The value as the user wrote it, shortened to 60 characters so a huge value does not flood a message. Bounded
+/// work and stack for any value, however large or deep.
 std::string show(const json& value);
 
 /// "parent.key", or "key" at the top level.
@@ -34,10 +42,12 @@ int64_t read_int(const json& value, const std::string& path, int64_t lo, int64_t
 /// A string; `allowed` says what is accepted, for the message.
 std::string read_string(const json& value, const std::string& path, const std::string& allowed);
 
-/// JSON text -> json; a syntax error or a key given twice in one object is an Error(kInvalidSpec).
+/// JSON text -> json. Error(kInvalidSpec) naming the position or field for: a syntax error, a number beyond a
+/// double (1e309), a key given twice in one object, nesting deeper than kMaxDepth, a NUL byte in the text.
 json parse_text(const std::string& text);
 
-/// Reads a spec file; Error(kIoError) naming the path when it cannot be read.
+/// Reads a spec (or sweep) file. Error(kIoError) naming the path and the rule when it cannot be opened or read,
+/// is not a regular file (a FIFO without a writer would block, /dev/zero never ends) or exceeds kMaxFileBytes.
 std::string read_file(const std::string& path);
 
 }  // namespace fa3jit::json_fields

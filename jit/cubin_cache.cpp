@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,7 +21,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -44,7 +47,10 @@ constexpr std::string_view kEntrySuffix = ".cubin-entry";
 constexpr std::string_view kTempPrefix = ".tmp-";
 constexpr size_t kKeyHexChars = 64;
 constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 30;  // far above any cubin + PTX; guards a garbage length
-constexpr int kStaleTempSeconds = 60;                  // a publish takes milliseconds; older temp files are orphans
+constexpr std::string_view kProbeTag = "probe";       // the write test's temp file: .tmp-probe-<pid>-<16 hex>
+constexpr size_t kRandomHexChars = 16;
+constexpr int kStaleTempSeconds = 60;       // a publish takes milliseconds; older temp files are orphans
+constexpr int kDeadWriterTempSeconds = 5;   // ... and so are younger ones whose writer process is gone
 
 using Clock = std::chrono::steady_clock;
 
@@ -237,6 +243,50 @@ std::string random_hex() {
   return fmt::format("{:016x}", rng());
 }
 
+bool is_lower_hex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The one name of this cache's temp files: ".tmp-<tag>-<pid>-<16 hex>", tag a key or "probe".
+std::string temp_file_name(std::string_view tag) {
+  return fmt::format("{}{}-{}-{}", kTempPrefix, tag, ::getpid(), random_hex());
+}
+
+// The writer's pid when `name` is exactly one of this cache's temp file names (temp_file_name), else 0: a
+// user's own ".tmp-notes" in the directory is never touched.
+pid_t temp_file_writer(std::string_view name) {
+  if (name.substr(0, kTempPrefix.size()) != kTempPrefix) return 0;
+  name.remove_prefix(kTempPrefix.size());
+  const size_t tag_end = name.find('-');
+  if (tag_end == std::string_view::npos) return 0;
+  const std::string_view tag = name.substr(0, tag_end);
+  if (tag != kProbeTag && !(tag.size() == kKeyHexChars && is_lower_hex(tag))) return 0;
+  name.remove_prefix(tag_end + 1);
+  const size_t pid_end = name.find('-');
+  if (pid_end == std::string_view::npos || pid_end == 0 || name[0] == '0') return 0;
+  const std::string_view random = name.substr(pid_end + 1);
+  if (random.size() != kRandomHexChars || !is_lower_hex(random)) return 0;
+  long long pid = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + pid_end, pid);
+  if (ec != std::errc() || end != name.data() + pid_end || pid <= 0 || pid > INT_MAX) return 0;
+  return static_cast<pid_t>(pid);
+}
+
+// A temp file of this cache that no writer will rename any more: older than any publish takes, or a few
+// seconds old with its writer gone (kill(pid, 0) fails with ESRCH; EPERM means alive, another user's). The
+// age rule alone covers a writer's pid reused by a live process. A writer in another pid namespace sharing
+// the directory may look gone: its publish (milliseconds) would then have to stall for seconds, and even
+// then it only loses the rename and keeps the kernel in memory.
+bool is_stale_temp(const std::string& dir, const std::string& name, time_t now) {
+  const pid_t pid = temp_file_writer(name);
+  if (pid == 0) return false;
+  struct stat st {};
+  if (::lstat((dir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const time_t age = now - st.st_mtime;
+  if (age > kStaleTempSeconds) return true;
+  return age >= kDeadWriterTempSeconds && ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
 // mkdir -p with mode 0700 for the directories it creates (the cache holds code that will run on the GPU).
 bool make_dirs(const std::string& dir, std::string* why) {
   size_t pos = 0;
@@ -265,7 +315,7 @@ bool fsync_dir(const std::string& dir) {
 // only ever holds a complete file; on failure the temp file is removed and `why` says what went wrong.
 bool publish_file(const std::string& dir, const std::string& tag, const std::string& final_path,
                   std::string_view bytes, std::string* why) {
-  const std::string tmp = fmt::format("{}/{}{}-{}-{}", dir, kTempPrefix, tag, ::getpid(), random_hex());
+  const std::string tmp = dir + "/" + temp_file_name(tag);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
     *why = fmt::format("cannot create {}: {}", tmp, errno_text(errno));
@@ -296,6 +346,13 @@ std::vector<std::string> list_dir(const std::string& dir) {
   while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
   ::closedir(d);
   return names;
+}
+
+// A writer killed between write and rename leaves a full-size temp file; the next publish removes it.
+void remove_stale_temps(const std::string& dir) {
+  const time_t now = std::time(nullptr);
+  for (const std::string& name : list_dir(dir))
+    if (is_stale_temp(dir, name, now)) ::unlink((dir + "/" + name).c_str());
 }
 
 // "<key>.cubin-entry" -> key, else empty.
@@ -355,7 +412,7 @@ struct CubinCache::Slot {
   uint64_t attempts = 0;
 };
 
-CubinCache::CubinCache(std::string dir) : dir_(dir.empty() ? default_cache_dir() : std::move(dir)) {
+CubinCache::CubinCache(std::string dir, CacheOpen open) : dir_(dir.empty() ? default_cache_dir() : std::move(dir)) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   if (dir_.empty()) {
     log(LogLevel::kWarn,
@@ -363,7 +420,16 @@ CubinCache::CubinCache(std::string dir) : dir_(dir.empty() ? default_cache_dir()
     return;
   }
   std::string why;
-  bool writable = make_dirs(dir_, &why);
+  bool writable = false;
+  if (open == CacheOpen::kCreate) {
+    writable = make_dirs(dir_, &why);
+  } else {
+    // Inspection creates nothing: a mistyped path must not leave a directory chain behind.
+    struct stat st {};
+    if (::stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
+    writable = true;
+  }
+  exists_ = writable;
   // The cache holds code that runs in this process's GPU context: only a directory that nobody else can
   // write to is trusted for reading and writing.
   struct stat st {};
@@ -376,9 +442,13 @@ CubinCache::CubinCache(std::string dir) : dir_(dir.empty() ? default_cache_dir()
     dir_.clear();  // neither read nor written
     return;
   }
-  if (writable) {
+  if (writable && open == CacheOpen::kExisting) {
+    // No test file: inspection writes nothing. Good enough for saying whether entries could be removed.
+    writable = ::access(dir_.c_str(), W_OK) == 0;
+    if (!writable) why = errno_text(errno);
+  } else if (writable) {
     // Creating a file is the only reliable test: access(W_OK) ignores read-only mounts on some filesystems.
-    const std::string probe = fmt::format("{}/{}probe-{}-{}", dir_, kTempPrefix, ::getpid(), random_hex());
+    const std::string probe = dir_ + "/" + temp_file_name(kProbeTag);
     const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
       writable = false;
@@ -465,6 +535,8 @@ CacheLookup CubinCache::get_or_compile(const std::string& key, const std::functi
         static std::atomic<bool> warned{false};
         log(warned.exchange(true) ? LogLevel::kInfo : LogLevel::kWarn,
             fmt::format("could not write cache entry ({}); the kernel stays in memory only", why));
+      } else if (persistent_) {
+        remove_stale_temps(dir_);
       }
     }
   } catch (...) {
@@ -487,6 +559,12 @@ CacheLookup CubinCache::get_or_compile(const std::string& key, const std::functi
   result.kernel = std::move(kernel);
   result.ms = ms_since(start);
   return result;
+}
+
+bool CubinCache::stored(const std::string& key) const {
+  if (dir_.empty() || !is_valid_key(key)) return false;
+  struct stat st {};
+  return ::lstat(fmt::format("{}/{}{}", dir_, key, kEntrySuffix).c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 std::vector<CacheEntryInfo> CubinCache::list() const {
@@ -520,12 +598,8 @@ size_t CubinCache::clear() {
         if (::unlink(path.c_str()) == 0) ++removed;
         continue;
       }
-      // Temp files younger than a minute may belong to a publish in flight in another process.
-      struct stat st {};
-      if (name.rfind(kTempPrefix, 0) == 0 && ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-          now - st.st_mtime > kStaleTempSeconds) {
-        ::unlink(path.c_str());
-      }
+      // Only this cache's own temp files, and only those no live publish will rename.
+      if (is_stale_temp(dir_, name, now)) ::unlink(path.c_str());
     }
   }
   // Forget finished kernels too, so later lookups compile (and publish) again; slots with a compile in

@@ -3,8 +3,9 @@
 // Key = SHA-256 over the canonical inputs only: canonical kernel spec, generated source, compile flags,
 // NVRTC version, target arch, generator version. No paths, no mtimes (docs: jit-and-cache-lessons).
 // Location: FA3JIT_CACHE_DIR, else $XDG_CACHE_HOME/fa3jit, else ~/.cache/fa3jit.
-// Entry file: <dir>/<key>.cubin-entry, written to a unique temp file, fsynced, renamed into place;
-// it carries a magic, a format version, a SHA-256 of its payload and the key itself, all verified on read.
+// Entry file: <dir>/<key>.cubin-entry, written to a unique temp file (<dir>/.tmp-<key>-<pid>-<16 hex>),
+// fsynced, renamed into place; temp files left by writers that died are removed by the next publish. It
+// carries a magic, a format version, a SHA-256 of its payload and the key itself, all verified on read.
 // A torn, truncated, corrupted or foreign entry is treated as a miss and rebuilt.
 #pragma once
 
@@ -44,27 +45,37 @@ struct CacheEntryInfo {
   int64_t bytes = 0;
 };
 
+/// How a cache opens its directory: writers create it; inspection (list, clear) never creates anything.
+enum class CacheOpen { kCreate, kExisting };
+
 class CubinCache {
  public:
-  /// `dir` empty = default_cache_dir(). If the directory cannot be created or written, the cache works
-  /// from memory only and warns once on stderr (never fails).
-  explicit CubinCache(std::string dir = {});
+  /// `dir` empty = default_cache_dir(). kCreate: if the directory cannot be created or written, the cache
+  /// works from memory only and warns once on stderr (never fails). kExisting: a missing directory is left
+  /// missing (exists() is false, nothing to list or clear) and no file is written to test it.
+  explicit CubinCache(std::string dir = {}, CacheOpen open = CacheOpen::kCreate);
 
   /// Returns the kernel for `key`: memory, then disk (verified), else calls `compile` once per key in this
   /// process even when many threads ask at once, and publishes the result atomically.
   CacheLookup get_or_compile(const std::string& key, const std::function<CompiledKernel()>& compile);
 
   std::vector<CacheEntryInfo> list() const;
-  /// Removes every entry file (and stale temp files); returns how many entries were removed.
+  /// Removes every entry file (and stale temp files of this cache's own naming; no other file); returns how
+  /// many entries were removed.
   size_t clear();
+  /// Whether `key`'s entry file is on disk now (a writer that could not publish keeps the kernel in memory).
+  bool stored(const std::string& key) const;
 
   const std::string& directory() const { return dir_; }
   bool persistent() const { return persistent_; }
+  /// False when the directory did not exist and was not created (CacheOpen::kExisting), or could not be.
+  bool exists() const { return exists_; }
 
  private:
   struct Slot;
   std::string dir_;
   bool persistent_ = false;
+  bool exists_ = false;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
 };

@@ -25,7 +25,8 @@ struct KernelSource {
 void inline_template(const std::string& path, std::set<std::string>& done, std::string& out);
 
 /// One field of a parameter struct as the host compiler lays it out. A family builds the list from its
-/// params.h field list:  #define LAYOUT(type, name) FieldLayout{#name, offsetof(Params, name)},
+/// params.h field list, in the namespace where its struct is named Params:
+///   std::vector<FieldLayout> fields = {FA3JIT_MY_PARAMS(FA3JIT_FIELD_LAYOUT)};
 struct FieldLayout {
   const char* name;
   size_t offset;
@@ -35,6 +36,8 @@ struct FieldLayout {
 /// alignment and every field's offset. A unit whose struct drifted from the host's then fails to compile.
 /// NVRTC 13.0 has no offsetof / __builtin_offsetof; __INTADDR__ makes the classic null-pointer form a
 /// constant expression there (and under nvcc).
+#define FA3JIT_FIELD_LAYOUT(type, name) ::fa3jit::FieldLayout{#name, offsetof(Params, name)},
+
 std::string layout_asserts(const std::string& type, size_t size, size_t align, const std::vector<FieldLayout>& fields);
 
 /// The unit's first lines: generator version, family and canonical spec.

@@ -55,8 +55,20 @@ thread_local std::string t_last_error;
 // Set when even the error message could not be stored (host memory exhausted).
 thread_local bool t_message_lost = false;
 
-// A struct larger than this is almost surely an unset struct_size, not a future header.
+// A struct larger than this is almost surely an unset struct_size, not a future header. The cap also bounds
+// what check_struct_size reads: the bytes up to struct_size are the caller's promise (fa3jit.h), and a
+// garbage size must not send the library reading far past the caller's object.
 constexpr size_t kMaxStructSize = 4096;
+
+// A C enum field may hold any int the caller stored; loading it as the C++ enum type when its value is out of
+// the enum's range is undefined behaviour. Its bytes are read as the integer they are, then range-checked.
+template <class Enum>
+int32_t enum_value(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int32_t), "the C ABI's enums are 32-bit");
+  int32_t value = 0;
+  std::memcpy(&value, &field, sizeof(value));
+  return value;
+}
 
 fa3jit_status record(fa3jit_status status, const char* message) noexcept {
   try {
@@ -163,7 +175,7 @@ fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& params) 
     invalid(fmt::format("params.softmax_scale is {}; expected a finite value (0 = 1/sqrt(head_dim))",
                         params.softmax_scale));
   fa3jit::attention_fwd::ForwardArgs args;
-  args.dtype = to_dtype(static_cast<int>(params.dtype));
+  args.dtype = to_dtype(enum_value(params.dtype));
   args.batch = params.batch;
   args.seqlen_q = params.seqlen_q;
   args.seqlen_k = params.seqlen_k;
@@ -211,7 +223,7 @@ void fill_info(const fa3jit::PreparedKernel& prepared, fa3jit_kernel_info* out) 
 extern "C" {
 
 const char* fa3jit_status_name(fa3jit_status status) {
-  return fa3jit::error_code_name(static_cast<ErrorCode>(status));
+  return fa3jit::error_code_name(static_cast<ErrorCode>(enum_value(status)));  // ErrorCode holds any int
 }
 
 const char* fa3jit_last_error(void) {
@@ -243,11 +255,12 @@ void fa3jit_runtime_destroy(fa3jit_runtime* runtime) {
 fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
                                        const fa3jit_forward_params* params, void* cuda_stream) {
   return guarded("fa3jit_attention_forward", [&] {
+    // Handles first: a stale handle is the caller's bug to report, whatever the params hold.
     check_runtime(runtime, "fa3jit_attention_forward");
+    if (kernel != nullptr) check_kernel(kernel, "fa3jit_attention_forward");
     if (params == nullptr) invalid("fa3jit_attention_forward: params is NULL");
     const fa3jit::attention_fwd::ForwardArgs args = to_args(*params);
     if (kernel == nullptr) return fa3jit::attention_fwd::forward(runtime->runtime, args, cuda_stream);
-    check_kernel(kernel, "fa3jit_attention_forward");
     if (!kernel->attention)
       invalid(fmt::format("fa3jit_attention_forward: kernel is of kind \"{}\", not \"attention_fwd\"",
                           kernel->prepared.request.kind));

@@ -91,9 +91,12 @@ CallShape check_shape(const CombineArgs& a) {
 CUcontext check_device_tensors(const CombineArgs& a, const CallShape& s, void* stream) {
   const CallDevice device = call_device(a.out_partial, "out_partial", "out_partial");
   check_context_and_stream(device, stream);
-  // Sizes: at most 256 splits x 2^31 rows x 512 x 4 bytes, far inside 64 bits.
-  const int64_t out_partial_bytes = s.num_splits * s.num_rows * s.head_dim_v * 4;
-  const int64_t lse_partial_bytes = s.num_splits * s.num_rows * 4;
+  // At most 256 splits x 2^31 rows x 512 x 4 bytes, inside 64 bits; checked all the same, so that a larger
+  // split limit or head dim can never make the allocation check wrap.
+  const int64_t split_rows = checked_mul_add(s.num_splits, s.num_rows, 0, "out_partial's size");
+  const int64_t out_partial_bytes =
+      checked_mul_add(checked_mul_add(split_rows, s.head_dim_v, 0, "out_partial's size"), 4, 0, "out_partial's size");
+  const int64_t lse_partial_bytes = checked_mul_add(split_rows, 4, 0, "lse_partial's size");
   const ByteRange out_partial =
       check_allocation(a.out_partial, static_cast<uint64_t>(out_partial_bytes), device, "out_partial", nullptr, nullptr);
   const ByteRange lse_partial =
@@ -106,7 +109,8 @@ CUcontext check_device_tensors(const CombineArgs& a, const CallShape& s, void* s
   if (a.lse != nullptr) {
     const TensorShape lse_shape{"lse", s.batch, s.num_heads, s.seqlen_q, 1};
     const ByteRange lse =
-        check_allocation(a.lse, static_cast<uint64_t>(s.num_rows * 4), device, "lse", &lse_shape, nullptr);
+        check_allocation(a.lse, static_cast<uint64_t>(checked_mul_add(s.num_rows, 4, 0, "lse's size")), device, "lse",
+                         &lse_shape, nullptr);
     if (lse.overlaps(out_partial) || lse.overlaps(lse_partial) || lse.overlaps(out))
       bad_argument("argument lse overlaps out_partial, lse_partial or out");
   }

@@ -54,9 +54,7 @@ nlohmann::json capabilities_json() {
 }  // namespace
 
 std::vector<FieldLayout> params_layout() {
-#define FA3JIT_LAYOUT(type, name) FieldLayout{#name, offsetof(Params, name)},
-  return {FA3JIT_ATTENTION_FWD_PARAMS(FA3JIT_LAYOUT)};
-#undef FA3JIT_LAYOUT
+  return {FA3JIT_ATTENTION_FWD_PARAMS(FA3JIT_FIELD_LAYOUT)};
 }
 
 std::string kernel_name(const Spec& spec) {

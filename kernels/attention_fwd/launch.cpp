@@ -131,8 +131,9 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
   if (out.overlaps(k) || out.overlaps(v) || (out.overlaps(q) && !in_place))
     bad_argument("argument out overlaps q, k or v; the output may only alias q exactly (same pointer and strides)");
   if (a.lse != nullptr) {
-    const int64_t lse_bytes =
-        checked_mul_add(checked_mul_add(s.batch, s.num_heads, 0, "lse's size"), s.seqlen_q * 4, 0, "lse's size");
+    const int64_t lse_rows = checked_mul_add(checked_mul_add(s.batch, s.num_heads, 0, "lse's size"), s.seqlen_q, 0,
+                                             "lse's size");
+    const int64_t lse_bytes = checked_mul_add(lse_rows, 4, 0, "lse's size");
     const TensorShape lse_shape{"lse", s.batch, s.num_heads, s.seqlen_q, 1};
     const ByteRange lse = check_allocation(a.lse, static_cast<uint64_t>(lse_bytes), device, "lse", &lse_shape, nullptr);
     if (lse.overlaps(q) || lse.overlaps(k) || lse.overlaps(v) || lse.overlaps(out))

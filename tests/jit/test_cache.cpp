@@ -524,8 +524,9 @@ TEST_CASE("clear removes entries and stale temp files, and forgets kernels in me
   FakeCompiler fc("k_clear", "c");
   for (const char* s : {"c1", "c2", "c3"}) cache.get_or_compile(key_for(s), fc.fn());
   CHECK(cache.list().size() == 3);
-  const std::string stale = tmp.path + "/.tmp-" + key_for("c1") + "-1-dead";
-  const std::string fresh = tmp.path + "/.tmp-" + key_for("c2") + "-2-live";
+  // Named as the cache names its temp files (.tmp-<key>-<pid>-<16 hex>): other names are never removed.
+  const std::string stale = tmp.path + "/.tmp-" + key_for("c1") + "-1-00000000deaddead";
+  const std::string fresh = tmp.path + "/.tmp-" + key_for("c2") + "-2-000000000000beef";
   write_bytes(stale, "partial");
   write_bytes(fresh, "partial");
   const struct timeval old_times[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};

@@ -89,9 +89,10 @@ int cmd_compile(const GlobalOptions& global, const CompileOptions& options) {
 }
 
 int cmd_cache_list(const GlobalOptions& global) {
-  CubinCache cache(global.cache_dir);
+  CubinCache cache(global.cache_dir, CacheOpen::kExisting);  // listing creates nothing
   const auto entries = cache.list();
-  fmt::print("cache directory {}{}\n", cache.directory(), cache.persistent() ? "" : " (not writable: memory only)");
+  fmt::print("cache directory {}{}\n", cache.directory(),
+             !cache.exists() ? " (does not exist)" : cache.persistent() ? "" : " (not writable: memory only)");
   int64_t total = 0;
   for (const CacheEntryInfo& e : entries) {
     fmt::print("{}  {:>9} B  {}\n", e.key, e.bytes, e.kernel_name);
@@ -102,7 +103,7 @@ int cmd_cache_list(const GlobalOptions& global) {
 }
 
 int cmd_cache_clear(const GlobalOptions& global) {
-  CubinCache cache(global.cache_dir);
+  CubinCache cache(global.cache_dir, CacheOpen::kExisting);  // nothing to clear in a missing directory
   const size_t removed = cache.clear();
   fmt::print("removed {} entr{} from {}\n", removed, removed == 1 ? "y" : "ies", cache.directory());
   return 0;

@@ -1,8 +1,11 @@
 // fa3jit command-line tool: emit, compile, run, bench and tune attention kernels, and manage the cubin cache.
 //
 // Exit codes: 0 success; 1 a correctness check failed (`run`); 2 any error (bad spec or argument, compile or
-// driver failure, I/O), printed as "fa3jit: error: <message>" on stderr. The tool never aborts.
+// driver failure, I/O, including a failed write to stdout), printed as "fa3jit: error: <message>" on stderr.
+// The tool never aborts.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -41,8 +44,29 @@ void add_gpu_options(CLI::App* app, int& iters, int& warmup, uint64_t& seed, int
   app->add_option("--iters", iters, "timed runs; the median is reported (>= 30)")->capture_default_str()
       ->check(CLI::Range(30, 1000000));
   app->add_option("--warmup", warmup, "untimed runs before timing")->capture_default_str()->check(CLI::Range(0, 1000000));
-  app->add_option("--seed", seed, "seed of the random inputs (FA3 Table 3 distribution)")->capture_default_str();
+  // CLI11 reads an unsigned option with strtoull, which wraps "-5" to 2^64 - 5: a sign is refused first.
+  const CLI::Validator unsigned_integer(
+      [](std::string& value) {
+        const size_t first = value.find_first_not_of(" \t");
+        return first != std::string::npos && (value[first] == '-' || value[first] == '+')
+                   ? "\"" + value + "\" is not allowed; expected an integer in [0, 2^64 - 1] without a sign"
+                   : std::string();
+      },
+      "UINT64");
+  app->add_option("--seed", seed, "seed of the random inputs (FA3 Table 3 distribution), >= 0")->capture_default_str()
+      ->check(unsigned_integer);
   app->add_option("--device", device, "CUDA device ordinal")->capture_default_str()->check(CLI::NonNegativeNumber);
+}
+
+// stdout is buffered, so a write to a full disk, /dev/full or a broken pipe usually fails only when it is
+// flushed: without this check the output would be lost and the exit status still 0.
+bool stdout_failed() { return std::fflush(stdout) != 0 || std::ferror(stdout) != 0; }
+
+int stdout_error() {
+  const int err = errno;
+  fmt::print(stderr, "fa3jit: error: cannot write to standard output{}\n",
+             err != 0 ? fmt::format(": {}", std::strerror(err)) : std::string());
+  return 2;
 }
 
 }  // namespace
@@ -102,8 +126,11 @@ int main(int argc, char** argv) {
   CLI::App* cache_list = cache->add_subcommand("list", "list cache entries");
   CLI::App* cache_clear = cache->add_subcommand("clear", "remove every cache entry");
   WarmOptions warm_opts;
-  CLI::App* cache_warm =
-      cache->add_subcommand("warm", "compile specs into the cache ahead of time (SPEC.json files or directories)");
+  CLI::App* cache_warm = cache->add_subcommand(
+      "warm",
+      "compile specs into the on-disk cache ahead of time (SPEC.json files or directories).\n"
+      "Exit 0 when every spec's kernel is on disk; 2 when any spec fails, or when the cache directory is not "
+      "usable and the kernels could only be kept in memory (they are lost when the command exits).");
   cache_warm->add_option("paths", warm_opts.paths, "spec files, or directories of *.json specs")->required();
   cache_warm->add_option("-j,--jobs", warm_opts.jobs, "parallel compiles (default: hardware threads)")
       ->check(CLI::Range(0, 256));
@@ -121,16 +148,21 @@ int main(int argc, char** argv) {
 
   try {
     if (verbose) fa3jit::set_log_level(fa3jit::LogLevel::kInfo);
-    if (*emit) return cmd_emit(global, emit_opts);
-    if (*compile) return cmd_compile(global, compile_opts);
-    if (*run) return cmd_run(global, run_opts);
-    if (*bench) return cmd_bench(global, bench_opts);
-    if (*tune) return cmd_tune(global, tune_opts);
-    if (*cache_list) return cmd_cache_list(global);
-    if (*cache_clear) return cmd_cache_clear(global);
-    if (*cache_warm) return cmd_cache_warm(global, warm_opts);
-    fmt::print(stderr, "fa3jit: error: no command given; see fa3jit --help\n");
-    return 2;
+    int rc = -1;
+    if (*emit) rc = cmd_emit(global, emit_opts);
+    else if (*compile) rc = cmd_compile(global, compile_opts);
+    else if (*run) rc = cmd_run(global, run_opts);
+    else if (*bench) rc = cmd_bench(global, bench_opts);
+    else if (*tune) rc = cmd_tune(global, tune_opts);
+    else if (*cache_list) rc = cmd_cache_list(global);
+    else if (*cache_clear) rc = cmd_cache_clear(global);
+    else if (*cache_warm) rc = cmd_cache_warm(global, warm_opts);
+    if (rc < 0) {
+      fmt::print(stderr, "fa3jit: error: no command given; see fa3jit --help\n");
+      return 2;
+    }
+    errno = 0;
+    return stdout_failed() ? stdout_error() : rc;
   } catch (const fa3jit::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "fa3jit: error: {}\n", e.what());
@@ -140,7 +172,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "fa3jit: error: out of host memory (is the problem too large?)\n");
     return 2;
   } catch (const std::exception& e) {
-    std::fflush(stdout);
+    // fmt::print throws when a write to stdout fails: that is an I/O error, not a bug.
+    if (stdout_failed()) return stdout_error();
     fmt::print(stderr, "fa3jit: error: internal: {}\n", e.what());
     return 2;
   }

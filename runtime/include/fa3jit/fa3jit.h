@@ -49,7 +49,10 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or function of this header changes incompatibly. Structs only ever grow at the
- * end; their struct_size field tells the library which fields the caller knows. */
+ * end; their struct_size field tells the library which fields the caller knows. struct_size is the caller's
+ * promise that its object holds that many readable bytes: a size larger than this header's struct (a newer
+ * header) is accepted when the extra bytes are all zero, which the library checks by reading them; sizes
+ * above 4096 bytes are refused (INVALID_ARGUMENT) without reading past this header's struct. */
 #define FA3JIT_ABI_VERSION 2
 
 /* ---- status ------------------------------------------------------------------------------------------ */
@@ -131,7 +134,7 @@ typedef struct fa3jit_tensor {
  * head_dim, head_dim_v: the pairs fa3jit_capabilities_json() lists; head_dim_v 0 means head_dim. */
 typedef struct fa3jit_forward_params {
   size_t struct_size; /* sizeof(fa3jit_forward_params) as compiled by the caller */
-  fa3jit_dtype dtype; /* of q, k, v and out */
+  fa3jit_dtype dtype; /* of q, k, v and out; any other value is INVALID_ARGUMENT (read as a 32-bit integer) */
   int32_t causal;     /* 0 or 1 */
   int64_t batch, seqlen_q, seqlen_k, num_heads, num_heads_kv, head_dim, head_dim_v;
   fa3jit_tensor q, k, v, out;

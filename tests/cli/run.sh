@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The CLI under hostile or careless input: every case must end in "fa3jit: error: <message naming the file or
+# argument>" with exit status 2 (or the documented status), never a crash (SIGSEGV/SIGABRT), a hang, a silent
+# success or a file created where none should be. No GPU needed; three cases compile a kernel with NVRTC.
+# Usage: tests/cli/run.sh [build-dir]      (default: <repo>/build, already built)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+fa3jit="$build/fa3jit"
+work=$(mktemp -d "${TMPDIR:-/tmp}/fa3jit-cli-test.XXXXXX")
+trap 'chmod -R u+rwx "$work" 2>/dev/null; rm -rf "$work"' EXIT
+export FA3JIT_CACHE_DIR="$work/cache"
+export FA3JIT_LOG=warn
+spec="$root/configs/bf16_d64.json"
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect STATUS PATTERN CMD...: runs CMD (10 s at most), wants exit STATUS and PATTERN (grep -E) in its output.
+expect() {
+  local want=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$(timeout 10 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]]; then
+    fail "'$*' exited $rc, expected $want; output: ${out:0:600}"
+  elif ! grep -Eq -- "$pattern" <<<"$out"; then
+    fail "'$*' output lacks /$pattern/: ${out:0:600}"
+  fi
+}
+
+python3 - "$work" <<'EOF'
+import sys
+w = sys.argv[1]
+def deep(path, depth):
+    with open(path, "w") as f:
+        f.write('{"dtype": ' + "[" * depth + "]" * depth + ', "head_dim": 64}')
+deep(w + "/deep4k.json", 2048)
+deep(w + "/deep10m.json", 5 << 20)
+with open(w + "/overflow.json", "w") as f:
+    f.write('{"dtype": "bf16", "head_dim": 64,\n "problem": {"batch": 1e309}}')
+with open(w + "/nul.json", "wb") as f:
+    f.write(b'{"dtype": "bf16", "head_dim": 64}\0{"head_dim": 256}')
+with open(w + "/dup_sweep.json", "w") as f:
+    f.write('{"base": {"dtype": "bf16", "head_dim": 64}, "sweep": {"stages": [2]}, "sweep": {"stages": [3]}}')
+EOF
+mkfifo "$work/fifo.json"  # no writer: opening it for reading blocks unless done without blocking
+
+# 1. Deep nesting on a 256 KiB stack: refused at parse time (the 10 MB file by its size first).
+(failures=0
+ ulimit -s 256
+ expect 2 'deep4k.json: .*more than 64 levels deep' "$fa3jit" emit "$work/deep4k.json"
+ expect 2 'deep4k.json: .*more than 64 levels deep' "$fa3jit" compile "$work/deep4k.json"
+ expect 2 'deep10m.json.*at most 1048576 bytes' "$fa3jit" emit "$work/deep10m.json"
+ expect 2 'deep10m.json.*at most 1048576 bytes' "$fa3jit" compile "$work/deep10m.json"
+ exit $failures) || failures=$((failures + $?))
+
+# 3. A number beyond a double names the file, the field and the position.
+expect 2 'overflow.json: spec field "problem.batch": number 1e309 at line 2, column 23' "$fa3jit" emit "$work/overflow.json"
+
+# 4. Files that are not regular: no hang, no endless read.
+expect 2 'fifo.json": it is a FIFO; spec files must be regular files' "$fa3jit" emit "$work/fifo.json"
+expect 2 '"/dev/zero": it is a character device' "$fa3jit" compile /dev/zero
+expect 2 'fifo.json": it is a FIFO' "$fa3jit" tune "$work/fifo.json"
+
+# 5. Silent acceptance.
+expect 2 'nul.json: spec contains a NUL byte at byte offset 33' "$fa3jit" emit "$work/nul.json"
+expect 2 'dup_sweep.json: spec key "sweep" appears twice' "$fa3jit" tune "$work/dup_sweep.json"
+expect 2 '--seed: "-5" is not allowed' "$fa3jit" bench "$spec" --seed -5
+expect 2 'cannot write the kernel source to stdout' sh -c "'$fa3jit' emit '$spec' > /dev/full"
+expect 2 'fa3jit: error: cannot write to standard output' sh -c "'$fa3jit' cache list > /dev/full"
+expect 0 'does not exist' "$fa3jit" cache list --cache-dir "$work/typo/a/b"
+expect 0 'removed 0 entries' "$fa3jit" cache clear --cache-dir "$work/typo/a/b"
+[[ -e "$work/typo" ]] && fail "cache list/clear created $work/typo"
+
+# 2. cache warm: every worker error is a line naming its file; no abort whatever a worker throws.
+mkdir "$work/specs"
+cp "$work/overflow.json" "$work/nul.json" "$work/deep4k.json" "$work/specs/"
+expect 2 '0 specs warmed into .*, 5 failed' "$fa3jit" cache warm "$work/specs" /dev/zero "$work/fifo.json" -j 4
+out=$("$fa3jit" cache warm "$work/specs" /dev/zero "$work/fifo.json" -j 4 2>&1)
+for f in overflow.json nul.json deep4k.json /dev/zero fifo.json; do
+  grep -q "^error .*$f" <<<"$out" || fail "cache warm printed no error line for $f: $out"
+done
+
+# 2 + 5. Threads that cannot be started (16 GiB stacks in 8 GiB of address space) mean fewer workers; the
+# publish removes the temp file of a writer killed between write and rename, and only that one.
+mkdir -p "$FA3JIT_CACHE_DIR" && chmod 700 "$FA3JIT_CACHE_DIR"
+sh -c 'exit 0' & dead=$!
+wait $dead
+key=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+orphan="$FA3JIT_CACHE_DIR/.tmp-$key-$dead-0123456789abcdef"
+head -c 1048576 /dev/zero > "$orphan"
+touch -d '-30 seconds' "$orphan"
+echo "keep me" > "$FA3JIT_CACHE_DIR/.tmp-notes"
+touch -d '-2 hours' "$FA3JIT_CACHE_DIR/.tmp-notes"
+(failures=0
+ ulimit -v 8388608
+ ulimit -s 16777216
+ expect 0 'could start only 1 of 2 worker threads' "$fa3jit" cache warm "$spec" "$root/configs/fp16_d64.json" -j 2
+ exit $failures) || failures=$((failures + $?))
+[[ -e "$orphan" ]] && fail "the publish left the dead writer's temp file $orphan"
+expect 0 'removed 2 entries' "$fa3jit" cache clear
+[[ -e "$FA3JIT_CACHE_DIR/.tmp-notes" ]] || fail "cache clear removed a user's .tmp-notes"
+
+# 5. A cache that falls back to memory: warm says so and exits 2.
+mkdir "$work/shared" && chmod 777 "$work/shared"
+expect 2 'nothing was written to disk' "$fa3jit" cache warm "$spec" --cache-dir "$work/shared"
+
+if ((failures)); then
+  echo "cli tests: $failures failed" >&2
+  exit 1
+fi
+echo "cli tests: all passed"
