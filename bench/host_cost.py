@@ -16,6 +16,10 @@ Peers (each skipped with its reason where it cannot run):
   fa3jit flash_attn_func(q, k, v, out=o)          caller's out
   fa3jit flash_attn_func(..., out=o, kernel=K)    a pinned fa3jit.Kernel (no tile-table lookup)
   fa3jit C ABI via ctypes, params packed once     fa3jit_attention_forward alone: the library + ctypes floor
+  fa3jit via torch.ops.fa3jit.flash_attn_func     the custom op that torch.compile records, called directly
+                                                  (dispatcher + the op's Autograd kernel), and its out= op
+  fa3jit flash_attn_func under torch.compile      torch.compile(fullgraph=True) of a function making the call:
+                                                  Dynamo's guards, the compiled graph and the op
   FA3 torch.ops.fa3_fwd.fwd(q, k, v, ...)         FlashAttention-3's forward op (the `fa3-fwd` wheel), out
                                                   allocated, and with out= given
   FA3 fa3_fwd_interface.flash_attn_func           FA3's own Python wrapper (autograd Function + custom op)
@@ -59,6 +63,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fa3-site", default=os.environ.get("FA3_SITE") or "/tmp/site",
                         help="directory holding fa3_fwd_interface.py and fa3_fwd/ (the fa3-fwd wheel)")
     parser.add_argument("--json", type=pathlib.Path, help="write the numbers here as JSON")
+    parser.add_argument("--no-torch-ops", action="store_true",
+                        help="leave out the torch.ops.fa3jit and torch.compile rows (and Dynamo with them)")
     args = parser.parse_args()
     if args.n < 1 or args.rounds < 1 or args.sync_every < 1 or args.warmup < 1:
         parser.error("--n, --rounds, --sync-every and --warmup must be >= 1")
@@ -104,7 +110,7 @@ def time_round(call: Callable[[], Any], n: int, sync_every: int, synchronize: Ca
     return host_ns / n / 1e3, wall_ns / n / 1e3
 
 
-def fa3jit_peers(torch, fa3jit, q, k, v, out) -> List[Peer]:
+def fa3jit_peers(torch, fa3jit, args, q, k, v, out) -> List[Peer]:
     peers = [
         Peer("fa3jit", "fa3jit flash_attn_func(q, k, v)", lambda: fa3jit.flash_attn_func(q, k, v)),
         Peer("fa3jit_out", "fa3jit flash_attn_func(q, k, v, out=o)", lambda: fa3jit.flash_attn_func(q, k, v, out=out)),
@@ -141,6 +147,23 @@ def fa3jit_peers(torch, fa3jit, q, k, v, out) -> List[Peer]:
 
     c_abi_call.params = params  # the call passes the struct's address: keep the struct alive with the call
     peers.append(Peer("fa3jit_c_abi", "fa3jit C ABI via ctypes, params packed once", c_abi_call))
+
+    if args.no_torch_ops:  # keep Dynamo out of the process: it is not imported by the plain path
+        return peers
+    # The route torch.compile takes (fa3jit/_torch_ops.py): the ops themselves, and a compiled caller.
+    labels = {"fa3jit_op": "fa3jit via torch.ops.fa3jit.flash_attn_func(q, k, v)",
+              "fa3jit_op_out": "fa3jit via torch.ops.fa3jit.flash_attn_func_out(q, k, v, o)",
+              "fa3jit_compiled": "fa3jit flash_attn_func under torch.compile(fullgraph=True)"}
+    from fa3jit import _torch_ops
+
+    if not _torch_ops.REGISTERED:
+        return peers + [Peer(key, label, skipped=f"torch.ops.fa3jit not registered: {_torch_ops.UNAVAILABLE_REASON}")
+                        for key, label in labels.items()]
+    op, op_out = torch.ops.fa3jit.flash_attn_func.default, torch.ops.fa3jit.flash_attn_func_out.default
+    compiled = torch.compile(lambda q, k, v: fa3jit.flash_attn_func(q, k, v), fullgraph=True)  # compiles in warm-up
+    peers += [Peer("fa3jit_op", labels["fa3jit_op"], lambda: op(q, k, v)),
+              Peer("fa3jit_op_out", labels["fa3jit_op_out"], lambda: op_out(q, k, v, out)),
+              Peer("fa3jit_compiled", labels["fa3jit_compiled"], lambda: compiled(q, k, v))]
     return peers
 
 
@@ -208,6 +231,8 @@ def check_outputs(torch, fa3jit, peers: Dict[str, Peer], q, k, v, out) -> Dict[s
     reference = fa3jit.flash_attn_func(q, k, v).float()
     diffs = {}
     candidates = {"fa3jit_out": lambda: (fa3jit.flash_attn_func(q, k, v, out=out), out)[1],
+                  "fa3jit_op": lambda: peers["fa3jit_op"].call()[0],
+                  "fa3jit_compiled": lambda: peers["fa3jit_compiled"].call(),
                   "cudnn": lambda: peers["cudnn"].call().transpose(1, 2),
                   "fa3_op": lambda: peers["fa3_op"].call()[0]}
     for key, produce in candidates.items():
@@ -252,7 +277,7 @@ def main() -> int:
         return 1
     print(f"fa3jit: first call took {time.perf_counter() - start:.2f} s", flush=True)
 
-    peer_list = fa3jit_peers(torch, fa3jit, q, k, v, out) + fa3_peers(torch, args, q, k, v, out) + \
+    peer_list = fa3jit_peers(torch, fa3jit, args, q, k, v, out) + fa3_peers(torch, args, q, k, v, out) + \
         other_peers(torch, q, k, v)
     peers = {peer.key: peer for peer in peer_list}
 

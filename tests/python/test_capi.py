@@ -64,6 +64,22 @@ def test_capabilities_json_parses_and_lists_what_the_build_generates():
     assert isinstance(attention["description"], str) and attention["description"]
 
 
+def test_capabilities_has_the_documented_shape():
+    """fa3jit.capabilities()'s docstring: every family has a description and a list of features; the families
+    of this release and the keys the docstring names are there, with the documented types."""
+    caps = fa3jit.capabilities()
+    assert set(caps) == {"abi_version", "version", "families"}
+    assert isinstance(caps["abi_version"], int) and isinstance(caps["version"], str)
+    assert {"attention_fwd", "attention_combine"} <= set(caps["families"])
+    for name, family in caps["families"].items():
+        assert isinstance(family["description"], str) and family["description"], name
+        assert isinstance(family["features"], list) and all(isinstance(f, str) for f in family["features"]), name
+    combine = caps["families"]["attention_combine"]
+    assert {"out_dtypes", "partial_dtype", "head_dim_v", "max_splits"} <= set(combine)
+    assert {"min", "max", "multiple_of"} <= set(combine["head_dim_v"])
+    assert {"min", "max", "default"} <= set(combine["max_splits"])
+
+
 def test_capabilities_returns_a_new_dict_each_call():
     caps = fa3jit.capabilities()
     caps["families"].clear()
@@ -477,9 +493,26 @@ def test_spec_key_order_and_spelled_out_defaults_give_the_same_key(tmp_path):
 
 
 def test_library_lookup_honours_fa3jit_library(monkeypatch, tmp_path):
+    monkeypatch.setattr(_capi, "bundled_library", lambda: tmp_path / "no-bundled" / "libfa3jit.so")
     monkeypatch.setenv("FA3JIT_LIBRARY", str(tmp_path / "missing.so"))
     assert _capi.library_candidates() == [str(tmp_path / "missing.so")]
     monkeypatch.delenv("FA3JIT_LIBRARY")
     candidates = _capi.library_candidates()
-    assert candidates[0] == str(pathlib.Path(_capi.__file__).resolve().parent / "libfa3jit.so")
     assert candidates[-2:] == ["libfa3jit.so.0", "libfa3jit.so"]
+
+
+def test_library_lookup_puts_the_bundled_library_first(monkeypatch, tmp_path):
+    """A wheel's own libfa3jit.so (built with this Python code) wins over FA3JIT_LIBRARY and a build tree."""
+    bundled = tmp_path / "fa3jit" / "libfa3jit.so"
+    bundled.parent.mkdir()
+    bundled.write_bytes(b"")
+    monkeypatch.setattr(_capi, "bundled_library", lambda: bundled)
+    monkeypatch.setenv("FA3JIT_LIBRARY", str(tmp_path / "other.so"))
+    assert _capi.library_candidates() == [str(bundled), str(tmp_path / "other.so")]
+    monkeypatch.delenv("FA3JIT_LIBRARY")
+    candidates = _capi.library_candidates()
+    assert candidates[0] == str(bundled) and candidates[-2:] == ["libfa3jit.so.0", "libfa3jit.so"]
+
+
+def test_bundled_library_is_in_the_package_directory():
+    assert _capi.bundled_library() == pathlib.Path(_capi.__file__).resolve().parent / "libfa3jit.so"

@@ -10,12 +10,17 @@ against torch.
     k128 = fa3jit.Kernel({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 128}})   # a pinned spec
     out = fa3jit.flash_attn_func(q, k, v, kernel=k128)
 
-The shared library is found at run time (fa3jit._capi explains the order): FA3JIT_LIBRARY, else
-libfa3jit.so next to this package, else <source tree>/build/libfa3jit.so, else the system loader.
+The shared library is found at run time (fa3jit._capi explains the order): libfa3jit.so next to this package
+(a wheel bundles it there), else FA3JIT_LIBRARY, else <source tree>/build/libfa3jit.so, else the system loader.
+
+With torch installed, importing fa3jit also registers the custom ops torch.ops.fa3jit.flash_attn_func and
+torch.ops.fa3jit.flash_attn_func_out (fa3jit/_torch_ops.py), which torch.compile and torch.export record;
+without torch the package imports all the same and everything but flash_attn_func works.
 """
 
 from typing import Any, Dict
 
+from . import _torch_ops
 from ._capi import (ABI_VERSION, Fa3jitError, Fa3jitRuntimeError, Fa3jitValueError, Kernel, LibraryNotFoundError,
                     Runtime, Spec, capabilities, library_path, runtime, version)
 from .attention import flash_attn_func
@@ -48,3 +53,6 @@ def compile_spec(spec: Spec) -> Dict[str, Any]:
     Fa3jitRuntimeError (a RuntimeError) when NVRTC or the cache fails, TypeError for neither str nor dict.
     """
     return runtime().compile_spec(spec)
+
+
+_torch_ops.register()  # torch.ops.fa3jit.*, when torch imports; records why not in _torch_ops.UNAVAILABLE_REASON

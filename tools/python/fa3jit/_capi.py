@@ -7,12 +7,21 @@ with a C build, and the bytes of PARAMS_CALL_STRUCT (the struct-module image of 
 fa3jit_forward_params that the hot path packs) with what C lays out.
 
 Library lookup, first match wins:
-  1. the FA3JIT_LIBRARY environment variable (a path; an error if it does not exist),
-  2. libfa3jit.so next to this package (a wheel or a copy made by hand),
+  1. libfa3jit.so next to this package: the one a wheel bundles (`pip install <repo>`), built together with
+     this Python code, so it always wins,
+  2. the FA3JIT_LIBRARY environment variable (a path; when set, the only other candidate, and an error
+     if it does not exist),
   3. the source tree's build directory, <repo>/build/libfa3jit.so (an editable or in-tree use; only when
      the package sits in the source tree),
   4. the system loader: libfa3jit.so.0 / libfa3jit.so on LD_LIBRARY_PATH or in the ldconfig cache
      (an install made with `cmake --install build --prefix P` and P/lib on LD_LIBRARY_PATH).
+
+NVRTC: the library links libnvrtc.so.13, which the dynamic loader finds through the library's RUNPATH (the
+wheel's: site-packages/nvidia/cu13/lib of the nvidia-cuda-nvrtc wheel, then the toolkit it was built with;
+a build tree's: its toolkit), LD_LIBRARY_PATH or the ldconfig cache. When loading fails because NVRTC is not
+found, NVRTC is loaded here from the first of: the nvidia-cuda-nvrtc wheel on sys.path, $CUDA_HOME,
+$CUDA_PATH, /usr/local/cuda, and the library is tried again (the loader then resolves the soname to the copy
+already in the process). libcuda is never linked: the library opens it when a GPU call first needs it.
 """
 
 from __future__ import annotations
@@ -21,9 +30,12 @@ import ctypes
 import json
 import os
 import pathlib
+import platform
+import re
 import struct
+import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 ABI_VERSION = 2
 
@@ -176,23 +188,83 @@ class KernelInfo(ctypes.Structure):
 # ---- library ------------------------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_library = None
-_library_path = None
-_runtime = None
+_library: Optional[ctypes.CDLL] = None
+_library_path: str = ""
+_runtime: Optional["Runtime"] = None
 _runtime_lock = threading.Lock()  # separate from _lock: Runtime() takes _lock
+
+
+def bundled_library() -> pathlib.Path:
+    """Where a wheel puts the library: libfa3jit.so in this package's directory."""
+    return pathlib.Path(__file__).resolve().parent / "libfa3jit.so"
 
 
 def library_candidates() -> List[str]:
     """The paths tried, in order (see the module docstring)."""
     here = pathlib.Path(__file__).resolve().parent
+    bundled = bundled_library()
+    candidates = [str(bundled)] if bundled.exists() else []
     env = os.environ.get("FA3JIT_LIBRARY")
     if env:
-        return [env]
-    candidates = [str(here / "libfa3jit.so")]
+        return candidates + [env]
     source_root = here.parent.parent.parent  # tools/python/fa3jit -> the repository, when run from the tree
     if (source_root / "runtime" / "include" / "fa3jit" / "fa3jit.h").is_file():
         candidates.append(str(source_root / "build" / "libfa3jit.so"))
     return candidates + ["libfa3jit.so.0", "libfa3jit.so"]
+
+
+_MISSING_NVRTC = re.compile(r"(libnvrtc[\w.-]*\.so[\d.]*): cannot open shared object file")
+
+
+def nvrtc_candidates(soname: str) -> List[str]:
+    """Paths where NVRTC (`soname`, e.g. libnvrtc.so.13) may be, in the order the fallback tries them: the
+    NVIDIA wheel's site-packages/nvidia/cu<major>/lib on sys.path, then the CUDA toolkit under $CUDA_HOME,
+    $CUDA_PATH and /usr/local/cuda (lib64, then targets/<arch>-linux/lib). Only existing files are listed."""
+    major = soname.rsplit(".so.", 1)[-1].split(".")[0] if ".so." in soname else ""
+    directories: List[pathlib.Path] = []
+    if major:
+        for entry in sys.path:
+            directories.append(pathlib.Path(entry or ".") / "nvidia" / f"cu{major}" / "lib")
+    arch = f"{platform.machine()}-linux"
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            directories += [pathlib.Path(root) / "lib64", pathlib.Path(root) / "targets" / arch / "lib"]
+    found: List[str] = []
+    for directory in directories:
+        path = directory / soname
+        if path.is_file() and str(path) not in found:
+            found.append(str(path))
+    return found
+
+
+def _load(candidate: str, tried: List[str]) -> Optional[ctypes.CDLL]:
+    """ctypes.CDLL(candidate), with one retry after loading NVRTC by hand when that is what was missing;
+    None (and the reasons appended to `tried`) when it cannot be loaded."""
+    try:
+        return ctypes.CDLL(candidate)
+    except OSError as error:
+        missing = _MISSING_NVRTC.search(str(error))
+        if missing is None:
+            tried.append(f"{candidate} ({error})")
+            return None
+        nvrtc_paths = nvrtc_candidates(missing.group(1))
+        for nvrtc in nvrtc_paths:
+            try:
+                # RTLD_GLOBAL: the loader then resolves the library's DT_NEEDED soname to this copy.
+                ctypes.CDLL(nvrtc, mode=ctypes.RTLD_GLOBAL)
+            except OSError as nvrtc_error:
+                error = nvrtc_error
+                continue
+            try:
+                return ctypes.CDLL(candidate)
+            except OSError as retry_error:  # something else is missing now: one NVRTC in the process is enough
+                error = retry_error
+                break
+        where = (", ".join(nvrtc_paths)
+                 or "not in the nvidia-cuda-nvrtc wheel, $CUDA_HOME, $CUDA_PATH or /usr/local/cuda")
+        tried.append(f"{candidate} ({error}; NVRTC {missing.group(1)} tried from: {where}; install the CUDA 13 "
+                     f"toolkit or `pip install nvidia-cuda-nvrtc`, or put its lib directory on LD_LIBRARY_PATH)")
+        return None
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -231,16 +303,14 @@ def library() -> ctypes.CDLL:
     with _lock:
         if _library is not None:
             return _library
-        tried = []
+        tried: List[str] = []
         for candidate in library_candidates():
             is_path = os.sep in candidate
             if is_path and not os.path.exists(candidate):
                 tried.append(f"{candidate} (no such file)")
                 continue
-            try:
-                lib = ctypes.CDLL(candidate)
-            except OSError as error:
-                tried.append(f"{candidate} ({error})")
+            lib = _load(candidate, tried)
+            if lib is None:
                 continue
             _library = _declare(lib)
             _library_path = candidate
@@ -276,10 +346,23 @@ def version() -> str:
 
 
 def capabilities() -> Dict[str, Any]:
-    """What the loaded library generates, parsed from fa3jit_capabilities_json(): {"abi_version": int,
-    "version": str, "families": {"attention_fwd": {"dtypes": ["fp16", "bf16"], "head_dims": [64, 128, 256],
-    "head_dim_v_may_differ": bool, "features": [...], "description": str}}}. A new dict on every call. Needs
-    no GPU. Raises LibraryNotFoundError."""
+    """What the loaded library generates, parsed from fa3jit_capabilities_json(). Needs no GPU (and no torch).
+
+    Returns a new dict on every call:
+      {"abi_version": 2,                      # FA3JIT_ABI_VERSION of the library (ABI_VERSION here)
+       "version": "0.1.0",                    # fa3jit.version()
+       "families": {                          # one entry per kernel family (kernels/<kind>/)
+         "attention_fwd": {"description": str,
+                           "dtypes": ["fp16", "bf16"], "head_dims": [64, 128, 256],
+                           "head_dim_v_may_differ": False,
+                           "features": ["causal", "gqa", "mqa", "lse", "strided"]},
+         "attention_combine": {"description": str, "out_dtypes": [...], "partial_dtype": "fp32",
+                               "head_dim_v": {"min", "max", "multiple_of"}, "max_splits": {"min", "max",
+                               "default"}, "features": [...]}}}
+    Every family has "description" (str) and "features" (list of str); the other keys are the family's own
+    (kernels/<kind>/spec.cpp writes them). A spec or call outside them is refused with Fa3jitValueError.
+    Raises LibraryNotFoundError when libfa3jit.so cannot be loaded.
+    """
     return json.loads(library().fa3jit_capabilities_json().decode())
 
 
@@ -298,7 +381,7 @@ class Runtime:
     """One fa3jit_runtime. Usually use runtime() (one per process); a separate one is useful for tools
     that need their own cache directory (bench/compile_time.py)."""
 
-    def __init__(self, cache_dir: Optional[Union[str, os.PathLike]] = None):
+    def __init__(self, cache_dir: Optional[Union[str, os.PathLike]] = None) -> None:
         lib = library()
         options = RuntimeOptions(ctypes.sizeof(RuntimeOptions),
                                  None if cache_dir is None else os.fsencode(cache_dir))
@@ -373,7 +456,7 @@ class Kernel:
     stays loaded while its runtime lives.
     """
 
-    def __init__(self, spec: Spec, runtime: Optional[Runtime] = None):
+    def __init__(self, spec: Spec, runtime: Optional[Runtime] = None) -> None:
         self.spec = spec_text(spec)
         self.runtime = runtime if runtime is not None else _process_runtime()
         self._lib = self.runtime._lib
@@ -382,7 +465,7 @@ class Kernel:
         check(status, "fa3jit_kernel_create")
         self._handle: Optional[int] = handle.value
         # (runtime, kernel) handles as flash_attn_func reads them, one attribute access per call; None = closed.
-        self._handles = (self.runtime.handle, self._handle)
+        self._handles: Optional[Tuple[int, int]] = (self.runtime.handle, self.handle)
         self._info: Optional[Dict[str, Any]] = None
 
     @property

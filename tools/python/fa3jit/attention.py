@@ -13,6 +13,11 @@ microsecond counts. What it does per call, and why it is enough:
     context and makes q's device's primary context current when there is none.
   - The parameters are written with one struct.pack_into into a ctypes struct kept per thread (only the
     fields a call sets), and the library is called with plain ints.
+  - torch.compile, torch.export and FakeTensor tracing go through the ops torch.ops.fa3jit.*
+    (fa3jit/_torch_ops.py), which call this function on the real tensors. The route costs the plain call one
+    call of torch.compiler.is_dynamo_compiling (a function returning False outside Dynamo, about 50 ns) and
+    nothing else: the check for traceable tensor subclasses sits on the path for tensors that are not
+    exactly torch.Tensor.
 """
 
 from __future__ import annotations
@@ -20,9 +25,18 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
-from typing import Any, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union, overload
 
 from . import _capi
+
+if TYPE_CHECKING:
+    import torch
+    from typing import Literal
+
+    # What q, k, v and out may be: torch tensors, or objects torch views without a copy (zero-copy DLPack or
+    # __cuda_array_interface__ producers such as CuPy arrays); results are always torch tensors.
+    TensorLike = Any
+    OutAndLse = Tuple[torch.Tensor, torch.Tensor]
 
 # Bound by _bind_torch() on the first call; _Tensor doubles as the "bound" flag (it is set last).
 _torch: Any = None
@@ -39,6 +53,17 @@ _pack_params = _capi.PARAMS_CALL_STRUCT.pack_into
 _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
 _FLOAT32_MAX = 3.4028234663852886e38
 _local = threading.local()             # .params = (ForwardParams, its address): one struct per thread
+
+
+def _not_compiling() -> bool:
+    return False
+
+
+# Set by fa3jit._torch_ops.register() when torch is importable: torch.compiler.is_dynamo_compiling (False in
+# eager mode, folded to True by Dynamo while it traces), the op route, and the traceable-subclass test.
+_dynamo_compiling: Any = _not_compiling
+_ops_call: Any = None
+_ops_route: Any = None
 
 
 def _bind_torch() -> None:
@@ -172,9 +197,33 @@ def _forward_on_device(device: int, *args: Any) -> int:
 
 # ---- the call -------------------------------------------------------------------------------------------
 
-def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] = None, causal: bool = False,
-                    return_lse: bool = False, out: Any = None,
-                    kernel: Optional[_capi.Kernel] = None) -> Union[Any, Tuple[Any, Any]]:
+@overload
+def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: Optional[float] = None,
+                    causal: bool = False, return_lse: Literal[False] = False, out: Optional[TensorLike] = None,
+                    kernel: Optional[_capi.Kernel] = None) -> torch.Tensor: ...
+
+
+@overload
+def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: Optional[float] = None,
+                    causal: bool = False, *, return_lse: Literal[True], out: Optional[TensorLike] = None,
+                    kernel: Optional[_capi.Kernel] = None) -> OutAndLse: ...
+
+
+@overload
+def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: Optional[float],
+                    causal: bool, return_lse: Literal[True], out: Optional[TensorLike] = None,
+                    kernel: Optional[_capi.Kernel] = None) -> OutAndLse: ...
+
+
+@overload
+def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: Optional[float] = None,
+                    causal: bool = False, return_lse: bool = False, out: Optional[TensorLike] = None,
+                    kernel: Optional[_capi.Kernel] = None) -> Union[torch.Tensor, OutAndLse]: ...
+
+
+def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: Optional[float] = None,
+                    causal: bool = False, return_lse: bool = False, out: Optional[TensorLike] = None,
+                    kernel: Optional[_capi.Kernel] = None) -> Union[torch.Tensor, OutAndLse]:
     """Attention forward, out = softmax(softmax_scale * q k^T [+ causal mask]) v, on an NVIDIA Hopper GPU.
 
     Shapes (FlashAttention's layout; strides are free except that head_dim is contiguous, and every stride
@@ -200,11 +249,20 @@ def flash_attn_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] = Non
     unsupported) for a bad argument or a closed kernel, RuntimeError (fa3jit.Fa3jitRuntimeError) when
     compiling or launching fails, TypeError for a non-tensor argument or a kernel that is not an fa3jit.Kernel.
     The library's message names the argument and what is allowed.
+
+    Under torch.compile (fullgraph=True works), torch.export and FakeTensor tracing the call is recorded as the
+    op torch.ops.fa3jit.flash_attn_func (torch.ops.fa3jit.flash_attn_func_out with out=), whose fake
+    implementation gives the output shapes; the compiled graph runs this same call and can be captured in a
+    CUDA graph once its kernel is loaded (after a first call of the shape class).
     """
+    if _dynamo_compiling():
+        return _ops_call(q, k, v, softmax_scale, causal, return_lse, out, kernel)
     if _Tensor is None:
         _bind_torch()
     Tensor = _Tensor
     if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor:
+        if _ops_route is not None and _ops_route(q, k, v):  # FakeTensor, FunctionalTensor: record the op
+            return _ops_call(q, k, v, softmax_scale, causal, return_lse, out, kernel)
         q, k, v = _as_tensor(q, "q"), _as_tensor(k, "k"), _as_tensor(v, "v")
     dtype = q.dtype
     dtype_code = _DTYPE_CODES.get(dtype)
