@@ -24,22 +24,11 @@ for stage in "${stages[@]}"; do
       PYTHONPATH=/tmp/fa3jit-py timeout 500 python3 -m pytest -q -p no:cacheprovider tests/python > "$out/pytest.log" 2>&1
       echo "pytest rc=$?: $(tail -1 "$out/pytest.log")" ;;
     sanitizer)
-      # A representative set: every kernel kind and mainloop variant (causal 2 warpgroups, 3-warpgroup
-      # pingpong, d256, 2-CTA cluster, sequential mainloop) on odd sizes, and the combine kernel's GPU tests.
-      mk() { printf '{"dtype":"%s","head_dim":%s,"causal":%s%s,"problem":{"batch":2,"seqlen_q":%s,"seqlen_k":%s,"num_heads":4,"num_heads_kv":2}}' "$@"; }
-      mk bf16 128 true "" 239 1023 > /tmp/san_d128_causal.json
-      mk fp16 64 false "" 113 799 > /tmp/san_d64.json
-      mk bf16 256 true "" 239 300 > /tmp/san_d256_causal.json
-      mk bf16 128 false ',"cluster_m":2' 300 1023 > /tmp/san_d128_cluster.json
-      mk fp16 128 true ',"intra_wg_overlap":false,"pingpong":false' 1 799 > /tmp/san_d128_sequential.json
+      # A representative set (tests/gpu/test_sanitize_set.cpp: every attention mainloop variant on odd sizes)
+      # and the combine kernel's GPU tests, under each tool, one process per tool.
       for tool in memcheck racecheck synccheck; do
-        for spec in /tmp/san_*.json; do
-          name=$(basename "$spec" .json)
-          timeout 300 compute-sanitizer --tool $tool --print-limit 5 build/fa3jit run --iters 30 --warmup 0 --rows 64 "$spec" > "$out/${tool}_$name.log" 2>&1
-          echo "$tool $name rc=$?: $(grep -E '^check|ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_$name.log" | tr '\n' ' ')"
-        done
-        timeout 300 compute-sanitizer --tool $tool --print-limit 5 build/fa3jit_tests "[gpu][combine]" > "$out/${tool}_combine.log" 2>&1
-        echo "$tool combine rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$out/${tool}_combine.log" | tr '\n' ' ')"
+        timeout 400 compute-sanitizer --tool $tool --print-limit 5 build/fa3jit_tests "[sanitize],[gpu][combine]" > "$out/$tool.log" 2>&1
+        echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$out/$tool.log" | tr '\n' ' ')"
       done ;;
     tests)
       timeout 500 build/fa3jit_tests "[gpu]" > "$out/gpu_tests.log" 2>&1

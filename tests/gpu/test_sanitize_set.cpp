@@ -1,0 +1,34 @@
+// The representative set the device script runs under compute-sanitizer (memcheck, racecheck, synccheck):
+// every attention mainloop variant once on odd sizes (2 consumer warpgroups causal, 3-warpgroup pingpong,
+// head_dim 256, a 2-CTA cluster, the sequential mainloop on a decode step), each checked against the float64
+// reference. The combine kernel's GPU tests run under the same tools. Also part of the normal GPU tests.
+#include <catch2/catch.hpp>
+
+#include "gpu_test.h"
+
+using namespace fa3jit;
+using namespace fa3jit::test;
+
+TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", "[gpu][sanitize]") {
+  if (!have_gpu()) return;
+  struct Case {
+    const char* spec;
+    int64_t seqlen_q, seqlen_k;
+  };
+  const Case cases[] = {
+      {R"({"dtype":"bf16","head_dim":128,"causal":true})", 239, 1023},
+      {R"({"dtype":"fp16","head_dim":64})", 113, 799},
+      {R"({"dtype":"bf16","head_dim":256,"causal":true})", 239, 300},
+      {R"({"dtype":"bf16","head_dim":128,"cluster_m":2})", 300, 1023},
+      {R"({"dtype":"fp16","head_dim":128,"causal":true,"intra_wg_overlap":false,"pingpong":false})", 1, 799},
+  };
+  for (const Case& c : cases) {
+    INFO(c.spec);
+    const attention_fwd::Spec spec = attention_fwd::parse_spec(std::string(c.spec));
+    AttentionProblem p({spec.dtype, 2, c.seqlen_q, c.seqlen_k, 4, 2, spec.head_dim, spec.causal}, 21);
+    p.run(runtime(), attention_fwd::load_kernel(runtime(), spec).get());
+    const CheckResult r = p.check();
+    INFO(format_check(r));
+    CHECK(r.passed);
+  }
+}
