@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "kernels/attention_fwd/params.h"
 #include "kernels/attention_fwd/tile_table.h"
@@ -28,8 +29,26 @@
 
 namespace fa3jit::attention_fwd {
 
+/// FP32 descale factors of an e4m3 input (the stored value times its descale is the real value), indexed
+/// (batch, head, i): data[batch * stride_batch + head * stride_head + i], strides in elements, i's stride 1.
+/// Per spec field "quant" (spec.h):
+///   per_head : q_descale, k_descale, v_descale (batch, num_heads_kv), i = 0 (FA3's contract; stride 0 is
+///              allowed, so one scalar broadcast with stride_batch = stride_head = 0 is a per-tensor scale);
+///   per_block: q_descale (batch, num_heads, ceil(seqlen_q / block_m)), k_descale (batch, num_heads_kv,
+///              ceil(seqlen_k / block_n)), v_descale (batch, num_heads_kv, head_dim_v): one per row block of
+///              the kernel's tile (block_m, block_n of its spec) and one per V channel.
+/// Unused (null) for 16-bit dtypes.
+struct ScaleView {
+  const float* data = nullptr;
+  int64_t stride_batch = 0;
+  int64_t stride_head = 0;
+};
+
 struct ForwardArgs {
-  DType dtype = DType::kBf16;
+  DType dtype = DType::kBf16;     // of q, k, v
+  std::optional<DType> out_dtype;  // of out; empty: dtype for 16-bit, bf16 for e4m3
+  Quant quant = Quant::kNone;      // e4m3: kPerHead or kPerBlock (spec.h); 16-bit: kNone
+  ScaleView q_descale, k_descale, v_descale;  // e4m3 only
   int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, num_heads = 0, num_heads_kv = 0;
   int64_t head_dim = 0, head_dim_v = 0;  // head_dim_v 0 = head_dim
   TensorView q, k, v, out;

@@ -3,9 +3,19 @@
 //
 // JSON fields (all optional except dtype and head_dim; unknown keys are errors):
 //   kind                "attention_fwd" (the default kind of a spec document, jit/family.h)
-//   dtype               a dtype of capabilities() ("fp16" | "bf16"; "e4m3" is reserved and rejected)
-//   head_dim            a head dim of capabilities() (64 | 128 | 256)
+//   dtype               element type of q, k, v: a dtype of capabilities() ("fp16" | "bf16" | "e4m3")
+//   out_dtype           element type of out: for fp16/bf16 the input dtype (the default; nothing else is
+//                       allowed), for e4m3 "bf16" (default) or "fp16"
+//   head_dim            a head dim of capabilities() for the dtype (16-bit: 64 | 128 | 256; e4m3: 128 | 256)
 //   head_dim_v          defaults to head_dim; capabilities() says which pairs exist (equal ones today)
+//   quant               e4m3 only: how q, k, v are scaled (the descale arguments, launch.h: ScaleView):
+//                       "per_head" (default; FA3's contract: q_descale, k_descale, v_descale of shape
+//                       (batch, num_heads_kv)) or "per_block" (q: one per (batch, head, block_m rows), k: one
+//                       per (batch, kv head, block_n rows), v: one per (batch, kv head, head_dim_v channel));
+//                       "none" for 16-bit dtypes (the default there, and the only value)
+//   fp32_two_level_accum e4m3 only, bool: P.V of each key block goes into a fresh accumulator that is added to
+//                       the fp32 O registers, so the FP8 tensor cores' limited accumulation precision does not
+//                       grow with seqlen_k; default from the tile table
 //   causal              bool, default false; bottom-right aligned mask (FA3 semantics)
 //   tile {block_m, block_n}        defaults from the tile table (tile_table.h)
 //   consumer_warpgroups 1..3, default from the tile table; must equal block_m / 64
@@ -37,23 +47,33 @@ inline constexpr std::string_view kKind = "attention_fwd";
 /// What this build of the family generates: the one statement of it. Spec parsing, launch checks, error
 /// messages, `fa3jit_capabilities_json` and the Python package's capabilities() all read this table.
 struct Capabilities {
-  std::vector<DType> dtypes;          // element types of q, k, v (and out)
+  std::vector<DType> dtypes;          // element types of q, k, v
   std::vector<DType> reserved_dtypes;  // named by the spec language but not generated yet (kUnsupported)
-  std::vector<int> head_dims;
+  std::vector<int> head_dims;         // of the 16-bit dtypes
+  std::vector<int> fp8_head_dims;     // of e4m3 (its rows are K-major bytes: 128-byte swizzle rows today)
+  std::vector<DType> fp8_out_dtypes;  // out dtypes of an e4m3 kernel
   bool head_dim_v_may_differ;         // false: head_dim_v must equal head_dim
   std::vector<std::string> features;  // "causal", "gqa", ...
 };
 const Capabilities& capabilities();
 
 bool supports_dtype(DType dtype) noexcept;
-bool supports_head_dims(int head_dim, int head_dim_v) noexcept;
+bool supports_head_dims(DType dtype, int head_dim, int head_dim_v) noexcept;
 /// "one of 64, 128, 256" / "one of \"fp16\", \"bf16\"": what a message says is allowed.
-std::string allowed_head_dims();
+std::string allowed_head_dims(DType dtype);
 std::string allowed_dtypes();
+
+/// How an e4m3 kernel's inputs are scaled (spec field "quant"; launch.h: ScaleView for the tensors).
+enum class Quant { kNone, kPerHead, kPerBlock };
+/// "none", "per_head", "per_block".
+const char* quant_name(Quant quant) noexcept;
 
 /// A fully resolved kernel spec: every field has a value (defaults filled in from the tile table).
 struct Spec {
   DType dtype = DType::kBf16;
+  DType out_dtype = DType::kBf16;   // = dtype for 16-bit; bf16 or fp16 for e4m3
+  Quant quant = Quant::kNone;       // kNone for 16-bit; kPerHead or kPerBlock for e4m3
+  bool fp32_two_level_accum = false;  // e4m3 only
   int head_dim = 128;
   int head_dim_v = 128;
   bool causal = false;
@@ -80,8 +100,10 @@ Spec parse_spec(const std::string& json_text);
 void validate(const Spec& spec);
 
 /// The spec the runtime chooses for a call with no explicit spec: tile-table defaults for
-/// (dtype, head_dim, head_dim_v, causal), validated. No JSON involved.
+/// (dtype, head_dim, head_dim_v, causal), validated. No JSON involved. out_dtype and quant apply to e4m3 (for
+/// 16-bit dtypes they must be the dtype and kNone).
 Spec default_spec(DType dtype, int head_dim, int head_dim_v, bool causal);
+Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal);
 
 /// Canonical JSON: "kind" and every kernel field, keys sorted, every default spelled out. Two specs
 /// compile to the same kernel iff their canonical strings are equal.
