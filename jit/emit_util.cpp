@@ -82,16 +82,15 @@ std::string emit_wgmma(const WgmmaShape& w) {
   const std::string instr = fmt::format("wgmma.mma_async.sync.aligned.m64n{}k{}.f32.{}.{}", w.n, w.k, w.ab_type,
                                         w.ab_type);
   if (w.a_from_registers) {
-    // A from 4 registers, B by descriptor; scale-d is always 1 (accumulate), the first product zeroes D by
-    // starting from a zeroed accumulator.
+    // A from 4 registers, B by descriptor; scale_d 0 makes this step overwrite D (a fresh accumulator).
     const std::string trans = sixteen_bit ? fmt::format(", {}", w.b_transposed ? 1 : 0) : "";
     return fmt::format(
         "__device__ __forceinline__ void {fn}(float (&d)[{regs}], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,\n"
-        "                                     uint64_t desc_b) {{\n"
+        "                                     uint64_t desc_b, int scale_d) {{\n"
         "  asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sd}, 0;\\n\"\n"
         "               \"{instr} {{{list}}}, {{{alist}}}, %{db}, p, 1, 1{trans};\\n}}\\n\"\n"
         "               : {ops}\n"
-        "               : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"l\"(desc_b), \"r\"(1));\n"
+        "               : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"l\"(desc_b), \"r\"(scale_d));\n"
         "}}\n",
         fmt::arg("fn", w.function), fmt::arg("regs", regs), fmt::arg("sd", regs + 5), fmt::arg("instr", instr),
         fmt::arg("list", register_list(0, regs)), fmt::arg("alist", register_list(regs, 4)),

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <tuple>
 #include <map>
 #include <shared_mutex>
@@ -23,9 +24,15 @@ constexpr float kLog2e = 1.4426950408889634f;
 // The arguments after the shape checks, in the units the launcher needs.
 struct CallShape {
   int64_t batch, seqlen_q, seqlen_k, num_heads, num_heads_kv, head_dim, head_dim_v;
-  int elem_bytes;
+  DType out_dtype;
+  int elem_bytes, out_elem_bytes;
   float softmax_scale;  // resolved: 1/sqrt(head_dim) when the argument was 0
 };
+
+// The output dtype a call asks for: given, or the default of its input dtype.
+DType resolved_out_dtype(const ForwardArgs& a) {
+  return a.out_dtype ? *a.out_dtype : (a.dtype == DType::kE4m3 ? DType::kBf16 : a.dtype);
+}
 
 // Arithmetic checks only: no driver, no allocation, no string on success.
 CallShape check_shape(const ForwardArgs& a) {
@@ -33,18 +40,26 @@ CallShape check_shape(const ForwardArgs& a) {
   if (!supports_dtype(a.dtype))
     throw Error(ErrorCode::kUnsupported, fmt::format("argument dtype = {} is not supported; expected {}",
                                                      dtype_name(a.dtype), allowed_dtypes()));
+  s.out_dtype = resolved_out_dtype(a);
+  const bool fp8 = a.dtype == DType::kE4m3;
+  if (fp8 ? !(s.out_dtype == DType::kBf16 || s.out_dtype == DType::kFp16) : s.out_dtype != a.dtype)
+    bad_argument(fmt::format("argument out_dtype = {} is not allowed with dtype {}; expected {}",
+                             dtype_name(s.out_dtype), dtype_name(a.dtype), fp8 ? "bf16 or fp16" : dtype_name(a.dtype)));
+  if (fp8 ? !(a.quant == Quant::kPerHead || a.quant == Quant::kPerBlock) : a.quant != Quant::kNone)
+    bad_argument(fmt::format("argument quant = {} is not allowed with dtype {}; expected {}", quant_name(a.quant),
+                             dtype_name(a.dtype), fp8 ? "per_head or per_block" : "none"));
   s.head_dim = a.head_dim;
   s.head_dim_v = a.head_dim_v == 0 ? a.head_dim : a.head_dim_v;
   if (s.head_dim < 1 || s.head_dim > 0x7fffffff || s.head_dim_v < 1 || s.head_dim_v > 0x7fffffff ||
-      !supports_head_dims(static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v))) {
+      !supports_head_dims(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v))) {
     if (s.head_dim_v != s.head_dim && s.head_dim >= 1 && s.head_dim <= 0x7fffffff &&
-        supports_head_dims(static_cast<int>(s.head_dim), static_cast<int>(s.head_dim)))
+        supports_head_dims(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim)))
       throw Error(ErrorCode::kUnsupported,
                   fmt::format("argument head_dim_v = {} is not supported; head_dim_v must equal head_dim ({}) in this "
                               "release",
                               a.head_dim_v, a.head_dim));
-    bad_argument(fmt::format("argument head_dim = {} is not supported; supported head dims are {}", a.head_dim,
-                             allowed_head_dims()));
+    bad_argument(fmt::format("argument head_dim = {} is not supported for dtype {}; supported head dims are {}",
+                             a.head_dim, dtype_name(a.dtype), allowed_head_dims(a.dtype)));
   }
   s.batch = checked_extent(a.batch, "batch", 0x7fffffff);
   s.seqlen_q = checked_extent(a.seqlen_q, "seqlen_q", kMaxSeqlen);
@@ -55,7 +70,7 @@ CallShape check_shape(const ForwardArgs& a) {
     bad_argument(fmt::format("argument num_heads = {} is not a multiple of num_heads_kv = {}", s.num_heads,
                              s.num_heads_kv));
   s.softmax_scale = a.softmax_scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(a.head_dim)) : a.softmax_scale;
-  // The kernel keeps the running max of the raw scores, which is right only for a positive scale, and folds
+  // The kernel keeps the running max of the scaled scores, which is right only for a positive scale, and folds
   // scale * log2(e) into one constant that must stay finite.
   if (!(s.softmax_scale > 0.0f) || !std::isfinite(s.softmax_scale * kLog2e))
     bad_argument(fmt::format("argument softmax_scale = {} is not allowed; expected a positive finite number below "
@@ -64,7 +79,12 @@ CallShape check_shape(const ForwardArgs& a) {
   if (a.lse != nullptr && reinterpret_cast<uintptr_t>(a.lse) % 4 != 0)
     bad_argument("argument lse is not 4-byte aligned (float32 expected)");
   if (a.q.data == nullptr) bad_argument("argument q.data is null");
+  if (!fp8 && (a.q_descale.data || a.k_descale.data || a.v_descale.data))
+    bad_argument(fmt::format("arguments q_descale, k_descale, v_descale must be null with dtype {}: descales belong "
+                             "to e4m3 inputs",
+                             dtype_name(a.dtype)));
   s.elem_bytes = dtype_size(a.dtype);
+  s.out_elem_bytes = dtype_size(s.out_dtype);
   return s;
 }
 
@@ -77,13 +97,19 @@ void check_agrees(const Spec& spec, const ForwardArgs& a, const CallShape& s) {
   if (s.head_dim != spec.head_dim || s.head_dim_v != spec.head_dim_v)
     bad_argument(fmt::format("arguments head_dim = {}, head_dim_v = {} do not match the kernel spec ({}, {})",
                              s.head_dim, s.head_dim_v, spec.head_dim, spec.head_dim_v));
+  if (s.out_dtype != spec.out_dtype)
+    bad_argument(fmt::format("argument out_dtype = {} does not match the kernel spec's out_dtype {}",
+                             dtype_name(s.out_dtype), dtype_name(spec.out_dtype)));
+  if (a.quant != spec.quant)
+    bad_argument(fmt::format("argument quant = {} does not match the kernel spec's quant {}", quant_name(a.quant),
+                             quant_name(spec.quant)));
   if (a.causal != spec.causal)
     bad_argument(fmt::format("argument causal = {} does not match the kernel spec's causal {}", a.causal,
                              spec.causal));
 }
 
-// 4-D tensor map {dim, seqlen, heads, batch} with a {64, box_rows, 1, 1} box and 128-byte swizzle
-// (docs/kernel-design.md §3): one box is one 64-column block of a tile.
+// 4-D tensor map {dim, seqlen, heads, batch} with a {128 bytes, box_rows, 1, 1} box and 128-byte swizzle
+// (docs/kernel-design.md §3): one box is one 128-byte column block of a tile (64 16-bit or 128 e4m3 columns).
 TmaDesc make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDataType type, int elem_bytes,
                         int box_rows) {
   // A size-1 dimension's stride is never stepped, whatever the caller passed (DLPack producers often give
@@ -96,7 +122,7 @@ TmaDesc make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDa
                               static_cast<cuuint64_t>(s.heads), static_cast<cuuint64_t>(s.batch)};
   const cuuint64_t strides[3] = {stride_or(s.seqlen, t.stride_seq), stride_or(s.heads, t.stride_head),
                                  stride_or(s.batch, t.stride_batch)};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / elem_bytes), static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   // Encoded into a CUtensorMap (128-byte aligned on the host) and copied into the 64-byte aligned kernel
   // parameter (the alignment a __grid_constant__ tensor map needs, docs/hopper-ptx.md).
@@ -112,6 +138,54 @@ TmaDesc make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDa
   return map;
 }
 
+CUtensorMapDataType tensor_map_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBf16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case DType::kFp16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case DType::kE4m3: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // TMA copies bytes; wgmma reads them as e4m3
+  }
+  return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+}
+
+// One descale tensor (launch.h: ScaleView): (batch, heads, inner) with inner's stride 1 and free batch/head strides
+// (0 allowed: a broadcast scale), in bounds of its allocation, on the call's device, not overlapping an output.
+void check_descale(const ScaleView& view, const char* name, int64_t batch, int64_t heads, int64_t inner,
+                   const char* shape_text, const CallDevice& device, const ByteRange& out) {
+  if (view.data == nullptr)
+    bad_argument(fmt::format("argument {} is null; an e4m3 call needs it, fp32 of shape {}", name, shape_text));
+  if (reinterpret_cast<uintptr_t>(view.data) % 4 != 0)
+    bad_argument(fmt::format("argument {} is not 4-byte aligned (float32 expected)", name));
+  if (view.stride_batch < 0 || view.stride_head < 0 || view.stride_batch > 0x7fffffff || view.stride_head > 0x7fffffff)
+    bad_argument(fmt::format("argument {} has strides (batch {}, head {}); expected non-negative element strides "
+                             "below 2^31",
+                             name, view.stride_batch, view.stride_head));
+  // The last element read: (batch-1, heads-1, inner-1).
+  const int64_t last = checked_mul_add(batch - 1, view.stride_batch,
+                                       checked_mul_add(heads - 1, view.stride_head, inner - 1, name), name);
+  if (last > 0x7fffffff)
+    bad_argument(fmt::format("argument {} spans {} elements; expected fewer than 2^31", name, last + 1));
+  const ByteRange r = check_allocation(view.data, static_cast<uint64_t>(last + 1) * 4, device, name, nullptr, nullptr);
+  if (r.overlaps(out)) bad_argument(fmt::format("argument {} overlaps out", name));
+}
+
+void check_descales(const Spec& spec, const ForwardArgs& a, const CallShape& s, const CallDevice& device,
+                    const ByteRange& out) {
+  if (spec.quant == Quant::kPerHead) {
+    for (auto [view, name] : {std::pair{&a.q_descale, "q_descale"}, std::pair{&a.k_descale, "k_descale"},
+                              std::pair{&a.v_descale, "v_descale"}})
+      check_descale(*view, name, s.batch, s.num_heads_kv, 1, "(batch, num_heads_kv)", device, out);
+  } else {
+    const int64_t m_blocks = (s.seqlen_q + spec.block_m - 1) / spec.block_m;
+    const int64_t n_blocks = (s.seqlen_k + spec.block_n - 1) / spec.block_n;
+    check_descale(a.q_descale, "q_descale", s.batch, s.num_heads, m_blocks, "(batch, num_heads, ceil(seqlen_q / block_m))",
+                  device, out);
+    check_descale(a.k_descale, "k_descale", s.batch, s.num_heads_kv, n_blocks,
+                  "(batch, num_heads_kv, ceil(seqlen_k / block_n))", device, out);
+    check_descale(a.v_descale, "v_descale", s.batch, s.num_heads_kv, s.head_dim_v, "(batch, num_heads_kv, head_dim_v)",
+                  device, out);
+  }
+}
+
 // Device-side checks and parameters: everything a call does once its kernel is known, but the launch.
 LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const LaunchInvariants& invariants,
                         const CallDevice& device, const ForwardArgs& a, const CallShape& s, void* stream) {
@@ -123,7 +197,7 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
   const ByteRange q = check_tensor(a.q, q_shape, s.elem_bytes, device);
   const ByteRange k = check_tensor(a.k, k_shape, s.elem_bytes, device);
   const ByteRange v = check_tensor(a.v, v_shape, s.elem_bytes, device);
-  const ByteRange out = check_tensor(a.out, o_shape, s.elem_bytes, device);
+  const ByteRange out = check_tensor(a.out, o_shape, s.out_elem_bytes, device);
   check_no_self_overlap(a.out, o_shape);
   const bool in_place = a.out.data == a.q.data && a.out.stride_batch == a.q.stride_batch &&
                         a.out.stride_seq == a.q.stride_seq && a.out.stride_head == a.q.stride_head &&
@@ -145,8 +219,8 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
   if (s.num_heads * s.batch > 0x7fffffff || sched.num_tiles > 0x7fffffff)
     bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} make more than 2^31 tiles", s.batch,
                              s.num_heads, s.seqlen_q));
-  const CUtensorMapDataType type =
-      a.dtype == DType::kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (a.dtype == DType::kE4m3) check_descales(spec, a, s, device, out);
+  const CUtensorMapDataType type = tensor_map_type(a.dtype);
   LaunchPlan plan;
   plan.function = function;
   plan.launch = invariants;
@@ -157,7 +231,7 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
   // With a cluster each CTA loads half of every K/V block and multicasts it (device/mainloop.cuh).
   p.tm_k = make_tensor_map(a.k, k_shape, type, s.elem_bytes, spec.block_n / spec.cluster_m);
   p.tm_v = make_tensor_map(a.v, v_shape, type, s.elem_bytes, spec.block_n / spec.cluster_m);
-  p.tm_o = make_tensor_map(a.out, o_shape, type, s.elem_bytes, 64);
+  p.tm_o = make_tensor_map(a.out, o_shape, tensor_map_type(s.out_dtype), s.out_elem_bytes, 64);
   p.lse = a.lse;
   p.seqlen_q = static_cast<int>(s.seqlen_q);
   p.seqlen_k = static_cast<int>(s.seqlen_k);
@@ -166,8 +240,16 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
   p.batch = static_cast<int>(s.batch);
   p.num_m_blocks = static_cast<int>(sched.num_m_blocks);
   p.section_heads = static_cast<int>(sched.section_heads);
-  p.softmax_scale = s.softmax_scale;
   p.scale_log2 = s.softmax_scale * kLog2e;
+  p.q_descale = a.q_descale.data;
+  p.k_descale = a.k_descale.data;
+  p.v_descale = a.v_descale.data;
+  p.q_descale_stride_batch = static_cast<int>(a.q_descale.stride_batch);
+  p.q_descale_stride_head = static_cast<int>(a.q_descale.stride_head);
+  p.k_descale_stride_batch = static_cast<int>(a.k_descale.stride_batch);
+  p.k_descale_stride_head = static_cast<int>(a.k_descale.stride_head);
+  p.v_descale_stride_batch = static_cast<int>(a.v_descale.stride_batch);
+  p.v_descale_stride_head = static_cast<int>(a.v_descale.stride_head);
   return plan;
 }
 
@@ -177,9 +259,10 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
 
 // Everything the kernel choice depends on: integers only.
 struct ShapeClass {
-  int dtype, head_dim, head_dim_v, causal;
+  int dtype, out_dtype, quant, head_dim, head_dim_v, causal;
   bool operator<(const ShapeClass& o) const {
-    return std::tie(dtype, head_dim, head_dim_v, causal) < std::tie(o.dtype, o.head_dim, o.head_dim_v, o.causal);
+    return std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal) <
+           std::tie(o.dtype, o.out_dtype, o.quant, o.head_dim, o.head_dim_v, o.causal);
   }
   bool operator==(const ShapeClass& o) const = default;
 };
@@ -197,7 +280,8 @@ const Kernel& plan_for(Runtime& runtime, const ShapeClass& key) {
     auto it = plans.by_class.find(key);
     if (it != plans.by_class.end()) return *it->second;
   }
-  const Spec spec = default_spec(static_cast<DType>(key.dtype), key.head_dim, key.head_dim_v, key.causal != 0);
+  const Spec spec = default_spec(static_cast<DType>(key.dtype), static_cast<DType>(key.out_dtype),
+                                 static_cast<Quant>(key.quant), key.head_dim, key.head_dim_v, key.causal != 0);
   std::shared_ptr<const Kernel> kernel = load_kernel(runtime, spec);  // compiles outside the lock
   std::unique_lock<std::shared_mutex> lock(plans.mu);
   return *plans.by_class.emplace(key, std::move(kernel)).first->second;
@@ -228,7 +312,8 @@ LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* strea
   const CallShape shape = check_shape(args);
   // With one query row the bottom-right causal mask hides no key (row 0 sees j <= seqlen_k - 1), so a decode
   // step runs the non-causal kernel and gives exactly the non-causal result (FA3 does the same).
-  const ShapeClass key{static_cast<int>(args.dtype), static_cast<int>(shape.head_dim),
+  const ShapeClass key{static_cast<int>(args.dtype), static_cast<int>(shape.out_dtype), static_cast<int>(args.quant),
+                       static_cast<int>(shape.head_dim),
                        static_cast<int>(shape.head_dim_v), args.causal && shape.seqlen_q > 1 ? 1 : 0};
   const CallDevice device = call_device(args.q.data, "q.data", "q");
   Memo& memo = t_memo;

@@ -25,7 +25,15 @@ namespace fa3jit::attention_fwd {
   FIELD(int, batch)                                                                                     \
   FIELD(int, num_m_blocks)   /* row blocks per head, rounded up to a multiple of cluster_m */           \
   FIELD(int, section_heads)  /* causal tile order: (head, batch) pairs per L2 section (scheduler) */    \
-  FIELD(float, softmax_scale) /* natural-log scale of Q.K^T */                                           \
+  FIELD(const float*, q_descale) /* e4m3: launch.h ScaleView; null for 16-bit */                         \
+  FIELD(const float*, k_descale)                                                                        \
+  FIELD(const float*, v_descale)                                                                        \
+  FIELD(int, q_descale_stride_batch) /* elements */                                                     \
+  FIELD(int, q_descale_stride_head)                                                                     \
+  FIELD(int, k_descale_stride_batch)                                                                    \
+  FIELD(int, k_descale_stride_head)                                                                     \
+  FIELD(int, v_descale_stride_batch)                                                                    \
+  FIELD(int, v_descale_stride_head)                                                                     \
   FIELD(float, scale_log2)   /* softmax_scale * log2(e), folded into one FFMA before ex2 */
 
 struct Params {
@@ -34,29 +42,40 @@ struct Params {
 
 /// Byte offsets of one CTA's dynamic shared memory. Every tile starts on a 1024-byte boundary (128-byte
 /// swizzle atoms, docs/kernel-design.md §2); the launch requests 1024 bytes of slack on top so the kernel
-/// can align the base of the dynamic window.
+/// can align the base of the dynamic window. Order: Q | V load stages (e4m3) | K stages | V stages |
+/// barriers. The epilogue stages O from the start of Q over Q and the V load stages, all free by then.
 struct SmemPlan {
-  int q_bytes;          // block_m x head_dim (also the O staging tile of the epilogue)
+  int q_bytes;          // block_m x head_dim
+  int v_load_stage_bytes;  // e4m3: block_n x head_dim_v as TMA writes V (seqlen-major), which the producer
+                           // transposes into a V stage; 0 for 16-bit
   int k_stage_bytes;    // block_n x head_dim
-  int v_stage_bytes;    // block_n x head_dim_v
-  int q_offset, k_offset, v_offset, barrier_offset;
-  int num_barriers;     // q_full + k_full, k_empty, v_full, v_empty per stage
+  int v_stage_bytes;    // block_n x head_dim_v; e4m3: head_dim_v rows of block_n keys (K-major), in
+                        // ceil(block_n / 128) column blocks of 128 keys
+  int o_bytes;          // block_m x head_dim_v in the output dtype (the epilogue's staging tile)
+  int o_staging_bytes;  // what the epilogue may use: Q and the V load stages
+  int q_offset, v_load_offset, k_offset, v_offset, barrier_offset;
+  int num_barriers;     // q_full + k_full, k_empty, v_full, v_empty per stage (+ v_load_full, v_load_empty for e4m3)
   int launch_bytes;     // dynamic shared memory requested at launch
 };
 
-inline constexpr int kBarrierAreaBytes = 256;  // room for the mbarriers of up to 4 stages (17 x 8 bytes)
+inline constexpr int kBarrierAreaBytes = 256;  // room for the mbarriers of up to 4 stages (25 x 8 bytes)
 inline constexpr int kSmemAlignSlack = 1024;
 
-FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int head_dim, int head_dim_v, int stages, int elem_bytes) {
+FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int head_dim, int head_dim_v, int stages,
+                                                int elem_bytes, int out_elem_bytes, bool transpose_v) {
   SmemPlan p{};
   p.q_bytes = block_m * head_dim * elem_bytes;
+  p.v_load_stage_bytes = transpose_v ? block_n * head_dim_v * elem_bytes : 0;
   p.k_stage_bytes = block_n * head_dim * elem_bytes;
-  p.v_stage_bytes = block_n * head_dim_v * elem_bytes;
+  p.v_stage_bytes = transpose_v ? (block_n + 127) / 128 * head_dim_v * 128 : block_n * head_dim_v * elem_bytes;
+  p.o_bytes = block_m * head_dim_v * out_elem_bytes;
+  p.o_staging_bytes = p.q_bytes + stages * p.v_load_stage_bytes;
   p.q_offset = 0;
-  p.k_offset = p.q_offset + p.q_bytes;
+  p.v_load_offset = p.q_offset + p.q_bytes;
+  p.k_offset = p.v_load_offset + stages * p.v_load_stage_bytes;
   p.v_offset = p.k_offset + stages * p.k_stage_bytes;
   p.barrier_offset = p.v_offset + stages * p.v_stage_bytes;
-  p.num_barriers = 1 + 4 * stages;
+  p.num_barriers = 1 + (transpose_v ? 6 : 4) * stages;
   p.launch_bytes = p.barrier_offset + kBarrierAreaBytes + kSmemAlignSlack;
   return p;
 }

@@ -32,6 +32,8 @@ bool contains(const std::vector<T>& values, const T& value) {
   return std::find(values.begin(), values.end(), value) != values.end();
 }
 
+void check_head_dims(DType dtype, int head_dim, int head_dim_v);
+
 void check_dtype(DType dtype) {
   if (contains(capabilities().reserved_dtypes, dtype))
     throw Error(ErrorCode::kUnsupported, fmt::format("spec field \"dtype\": \"{}\" is not yet supported; supported "
@@ -42,14 +44,75 @@ void check_dtype(DType dtype) {
                         allowed_dtypes()));
 }
 
-void check_head_dims(int head_dim, int head_dim_v) {
-  if (!contains(capabilities().head_dims, head_dim))
-    invalid(fmt::format("spec field \"head_dim\": {} is not supported; expected {}", head_dim, allowed_head_dims()));
-  if (!supports_head_dims(head_dim, head_dim_v))
+void check_head_dims(DType dtype, int head_dim, int head_dim_v) {
+  const std::vector<int>& dims = dtype == DType::kE4m3 ? capabilities().fp8_head_dims : capabilities().head_dims;
+  if (!contains(dims, head_dim))
+    invalid(fmt::format("spec field \"head_dim\": {} is not supported for dtype \"{}\"; expected {}", head_dim,
+                        dtype_name(dtype), allowed_head_dims(dtype)));
+  if (!supports_head_dims(dtype, head_dim, head_dim_v))
     throw Error(ErrorCode::kUnsupported,
                 fmt::format("spec field \"head_dim_v\": {} is not supported; head_dim_v must equal head_dim ({}) in "
                             "this release",
                             head_dim_v, head_dim));
+}
+
+std::string allowed_out_dtypes(DType dtype) {
+  if (dtype != DType::kE4m3) return fmt::format("\"{}\" (the input dtype)", dtype_name(dtype));
+  std::vector<std::string> names;
+  for (DType d : capabilities().fp8_out_dtypes) names.push_back(fmt::format("\"{}\"", dtype_name(d)));
+  return fmt::format("one of {}", fmt::join(names, ", "));
+}
+
+void check_precision(const Spec& spec) {
+  if (spec.dtype != DType::kE4m3) {
+    if (spec.out_dtype != spec.dtype)
+      invalid(fmt::format("spec field \"out_dtype\": \"{}\" is not allowed with dtype \"{}\"; expected {}",
+                          dtype_name(spec.out_dtype), dtype_name(spec.dtype), allowed_out_dtypes(spec.dtype)));
+    if (spec.quant != Quant::kNone)
+      invalid(fmt::format("spec field \"quant\": \"{}\" is not allowed with dtype \"{}\"; quantisation scales "
+                          "belong to e4m3 inputs, expected \"none\"",
+                          quant_name(spec.quant), dtype_name(spec.dtype)));
+    if (spec.fp32_two_level_accum)
+      invalid(fmt::format("spec field \"fp32_two_level_accum\": true is not allowed with dtype \"{}\"; it applies "
+                          "to e4m3 only, expected false",
+                          dtype_name(spec.dtype)));
+    return;
+  }
+  if (!contains(capabilities().fp8_out_dtypes, spec.out_dtype))
+    invalid(fmt::format("spec field \"out_dtype\": \"{}\" is not allowed with dtype \"e4m3\"; expected {}",
+                        dtype_name(spec.out_dtype), allowed_out_dtypes(spec.dtype)));
+  if (spec.quant != Quant::kPerHead && spec.quant != Quant::kPerBlock)
+    invalid(fmt::format("spec field \"quant\": \"{}\" is not allowed with dtype \"e4m3\"; expected \"per_head\" "
+                        "or \"per_block\"",
+                        quant_name(spec.quant)));
+  // FP8 wgmma steps over 32 keys (k32), and P's A fragment is built per 32 columns of S.
+  if (spec.block_n % 32 != 0)
+    invalid(fmt::format("spec field \"tile.block_n\": {} is not allowed with dtype \"e4m3\"; expected a multiple "
+                        "of 32 in [32, 256]",
+                        spec.block_n));
+  if (spec.cluster_m != 1)
+    invalid(fmt::format("spec field \"cluster_m\": {} is not allowed with dtype \"e4m3\"; expected 1 (the producer "
+                        "warpgroup transposes V and does not multicast)",
+                        spec.cluster_m));
+}
+
+DType read_dtype_field(const json& doc, const char* key, const std::string& allowed) {
+  const json& value = doc.at(key);
+  const std::string name = read_string(value, key, allowed);
+  DType dtype{};
+  if (!dtype_from_name(name, dtype))
+    invalid(fmt::format("spec field \"{}\": {} is not allowed; expected {}", key, show(value), allowed));
+  return dtype;
+}
+
+Quant read_quant(const json& doc, DType dtype) {
+  const Quant fallback = dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone;
+  if (!doc.contains("quant")) return fallback;
+  const char* allowed = dtype == DType::kE4m3 ? "\"per_head\" or \"per_block\"" : "\"none\"";
+  const std::string name = read_string(doc.at("quant"), "quant", allowed);
+  for (Quant q : {Quant::kNone, Quant::kPerHead, Quant::kPerBlock})
+    if (name == quant_name(q)) return q;
+  invalid(fmt::format("spec field \"quant\": {} is not allowed; expected {}", show(doc.at("quant")), allowed));
 }
 
 DType read_dtype(const json& doc) {
@@ -71,8 +134,10 @@ int read_any_int(const json& doc, const char* path, const std::string& allowed) 
 }
 
 int read_head_dim(const json& doc) {
-  if (!doc.contains("head_dim")) invalid("spec field \"head_dim\" is missing; expected " + allowed_head_dims());
-  return read_any_int(doc, "head_dim", allowed_head_dims());
+  const std::string allowed = allowed_head_dims(doc.contains("dtype") && doc.at("dtype") == "e4m3" ? DType::kE4m3
+                                                                                                : DType::kBf16);
+  if (!doc.contains("head_dim")) invalid("spec field \"head_dim\" is missing; expected " + allowed);
+  return read_any_int(doc, "head_dim", allowed);
 }
 
 // block_m and consumer_warpgroups describe the same thing (one consumer warpgroup per 64 rows of Q): the one
@@ -118,24 +183,38 @@ bool read_knob(const json& doc, const char* key, bool fallback) {
 
 const Capabilities& capabilities() {
   static const Capabilities kCapabilities{
-      {DType::kFp16, DType::kBf16},
-      {DType::kE4m3},
+      {DType::kFp16, DType::kBf16, DType::kE4m3},
+      {},
       {64, 128, 256},
+      {128, 256},
+      {DType::kBf16, DType::kFp16},
       false,
-      {"causal", "gqa", "mqa", "lse", "strided"},
+      {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum"},
   };
   return kCapabilities;
 }
 
 bool supports_dtype(DType dtype) noexcept { return contains(capabilities().dtypes, dtype); }
 
-bool supports_head_dims(int head_dim, int head_dim_v) noexcept {
-  return contains(capabilities().head_dims, head_dim) &&
-         (head_dim_v == head_dim || (capabilities().head_dim_v_may_differ &&
-                                     contains(capabilities().head_dims, head_dim_v)));
+bool supports_head_dims(DType dtype, int head_dim, int head_dim_v) noexcept {
+  const std::vector<int>& dims = dtype == DType::kE4m3 ? capabilities().fp8_head_dims : capabilities().head_dims;
+  return contains(dims, head_dim) &&
+         (head_dim_v == head_dim || (capabilities().head_dim_v_may_differ && contains(dims, head_dim_v)));
 }
 
-std::string allowed_head_dims() { return fmt::format("one of {}", fmt::join(capabilities().head_dims, ", ")); }
+std::string allowed_head_dims(DType dtype) {
+  return fmt::format("one of {}",
+                     fmt::join(dtype == DType::kE4m3 ? capabilities().fp8_head_dims : capabilities().head_dims, ", "));
+}
+
+const char* quant_name(Quant quant) noexcept {
+  switch (quant) {
+    case Quant::kNone: return "none";
+    case Quant::kPerHead: return "per_head";
+    case Quant::kPerBlock: return "per_block";
+  }
+  return "unknown";
+}
 
 std::string allowed_dtypes() {
   std::vector<std::string> names;
@@ -145,7 +224,7 @@ std::string allowed_dtypes() {
 
 void validate(const Spec& spec) {
   check_dtype(spec.dtype);
-  check_head_dims(spec.head_dim, spec.head_dim_v);
+  check_head_dims(spec.dtype, spec.head_dim, spec.head_dim_v);
   if (spec.consumer_warpgroups < 1 || spec.consumer_warpgroups > 3)
     invalid(fmt::format("spec field \"consumer_warpgroups\": {} is not allowed; expected an integer in [1, 3]",
                         spec.consumer_warpgroups));
@@ -175,6 +254,7 @@ void validate(const Spec& spec) {
   if (spec.cluster_m == 2 && spec.causal)
     invalid("spec field \"cluster_m\": 2 is not allowed with causal true; the two CTAs of a cluster must visit the "
             "same KV blocks, expected 1");
+  check_precision(spec);
   check_budgets(spec, derive_config(spec));
 }
 
@@ -184,18 +264,24 @@ Spec parse_spec(const json& doc) {
     invalid("spec field \"hadamard\" is not a field of the attention kernel: a rotation of Q and K by the same "
             "orthogonal matrix cancels in Q.K^T (FA3 paper §3.3), so it belongs to the FP8 quantisation pre-pass");
   reject_unknown_keys(doc, "",
-                      {"kind", "dtype", "head_dim", "head_dim_v", "causal", "tile", "consumer_warpgroups", "stages",
-                       "pingpong", "intra_wg_overlap", "cluster_m"});
+                      {"kind", "dtype", "out_dtype", "quant", "fp32_two_level_accum", "head_dim", "head_dim_v",
+                       "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
+                       "cluster_m"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
   Spec spec;
   spec.dtype = read_dtype(doc);
   spec.head_dim = read_head_dim(doc);
   spec.head_dim_v = doc.contains("head_dim_v") ? read_any_int(doc, "head_dim_v", "equal to head_dim") : spec.head_dim;
-  check_head_dims(spec.head_dim, spec.head_dim_v);  // the tile table is indexed by them
+  check_head_dims(spec.dtype, spec.head_dim, spec.head_dim_v);  // the tile table is indexed by them
   spec.causal = read_knob(doc, "causal", false);
+  const bool fp8 = spec.dtype == DType::kE4m3;
+  spec.out_dtype = doc.contains("out_dtype") ? read_dtype_field(doc, "out_dtype", allowed_out_dtypes(spec.dtype))
+                                             : (fp8 ? DType::kBf16 : spec.dtype);
+  spec.quant = read_quant(doc, spec.dtype);
 
   const TileDefaults defaults = default_tile(spec.dtype, spec.head_dim, spec.causal);
+  spec.fp32_two_level_accum = read_knob(doc, "fp32_two_level_accum", fp8 && defaults.fp32_two_level_accum);
   read_tile(doc, defaults, spec);
   spec.stages = doc.contains("stages") ? read_any_int(doc, "stages", "an integer in [2, 4]") : defaults.stages;
   spec.intra_wg_overlap = read_knob(doc, "intra_wg_overlap", defaults.intra_wg_overlap);
@@ -211,11 +297,19 @@ Spec parse_spec(const json& doc) {
 Spec parse_spec(const std::string& json_text) { return parse_spec(parse_text(json_text)); }
 
 Spec default_spec(DType dtype, int head_dim, int head_dim_v, bool causal) {
+  return default_spec(dtype, dtype == DType::kE4m3 ? DType::kBf16 : dtype,
+                      dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone, head_dim, head_dim_v, causal);
+}
+
+Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal) {
   check_dtype(dtype);
-  check_head_dims(head_dim, head_dim_v);
+  check_head_dims(dtype, head_dim, head_dim_v);
   const TileDefaults d = default_tile(dtype, head_dim, causal);
   Spec spec;
   spec.dtype = dtype;
+  spec.out_dtype = out_dtype;
+  spec.quant = quant;
+  spec.fp32_two_level_accum = dtype == DType::kE4m3 && d.fp32_two_level_accum;
   spec.head_dim = head_dim;
   spec.head_dim_v = head_dim_v;
   spec.causal = causal;
@@ -235,6 +329,9 @@ json canonical_json(const Spec& spec) {
   return json{
       {"kind", kKind},
       {"dtype", dtype_name(spec.dtype)},
+      {"out_dtype", dtype_name(spec.out_dtype)},
+      {"quant", quant_name(spec.quant)},
+      {"fp32_two_level_accum", spec.fp32_two_level_accum},
       {"head_dim", spec.head_dim},
       {"head_dim_v", spec.head_dim_v},
       {"causal", spec.causal},
@@ -251,6 +348,9 @@ std::string canonical_string(const Spec& spec) { return canonical_json(spec).dum
 
 std::string spec_summary(const Spec& spec) {
   std::string text = fmt::format("{} d{}", dtype_name(spec.dtype), spec.head_dim);
+  if (spec.dtype == DType::kE4m3)
+    text += fmt::format(" {}->{}{}", quant_name(spec.quant), dtype_name(spec.out_dtype),
+                        spec.fp32_two_level_accum ? " two-level" : "");
   if (spec.head_dim_v != spec.head_dim) text += fmt::format("/v{}", spec.head_dim_v);
   if (spec.causal) text += " causal";
   text += fmt::format(" {}x{} wg{} st{}", spec.block_m, spec.block_n, spec.consumer_warpgroups, spec.stages);
@@ -262,6 +362,7 @@ std::string spec_summary(const Spec& spec) {
 
 std::string name_token(const Spec& spec) {
   std::string token = fmt::format("{}_d{}", dtype_name(spec.dtype), spec.head_dim);
+  if (spec.dtype == DType::kE4m3) token = fmt::format("e4m3_{}_d{}", quant_name(spec.quant), spec.head_dim);
   if (spec.head_dim_v != spec.head_dim) token += fmt::format("v{}", spec.head_dim_v);
   token += spec.causal ? "_causal" : "_full";
   return token;

@@ -37,7 +37,19 @@ int pinned_registers_per_thread(int num_threads) {
 
 TileDefaults default_tile(DType dtype, int head_dim, bool causal) {
   (void)causal;  // the measured best tiles are the same for both masks (bench/NOTES.md)
-  (void)dtype;  // only 16-bit dtypes are generated (spec.cpp: capabilities)
+  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap, cluster_m, two-level}
+  if (dtype == DType::kE4m3) {
+    switch (head_dim) {
+      // FA3's fp8 tiles (hopper/tile_size.h): 128x224 at d128, 128x128 at d256, both RS P.V, intra-warpgroup
+      // overlap and pingpong. The producer warpgroup also transposes V in shared memory.
+      case 128: return {128, 224, 2, 2, true, true, 1, false};
+      case 256: return {128, 128, 2, 2, true, true, 1, false};
+      default: break;
+    }
+    throw Error(ErrorCode::kInvalidSpec, fmt::format("spec field \"head_dim\": {} is not supported for dtype \"e4m3\"; "
+                                                     "expected {}",
+                                                     head_dim, allowed_head_dims(dtype)));
+  }
   // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
   switch (head_dim) {
     // 3 consumer warpgroups at 160 registers each hold a 192-row tile with block_n 128 (FA3's causal
@@ -54,7 +66,7 @@ TileDefaults default_tile(DType dtype, int head_dim, bool causal) {
     default: break;
   }
   throw Error(ErrorCode::kInvalidSpec,
-              fmt::format("spec field \"head_dim\": {} is not supported; expected {}", head_dim, allowed_head_dims()));
+              fmt::format("spec field \"head_dim\": {} is not supported; expected {}", head_dim, allowed_head_dims(dtype)));
 }
 
 KernelConfig derive_config(const Spec& spec) {
@@ -64,6 +76,9 @@ KernelConfig derive_config(const Spec& spec) {
   config.num_threads = 128 * (wg + 1);
   config.producer_registers = kRegisterSplits[wg - 1].producer;
   config.consumer_registers = kRegisterSplits[wg - 1].consumer;
+  const bool fp8 = spec.dtype == DType::kE4m3;
+  // The e4m3 producer warpgroup also transposes V (device/transpose_v.cuh); with its loop not unrolled it fits
+  // the 24 registers of FA3's split (ptxas: no spills at d128 128x224 and d256 128x128).
   if (spec.cluster_m > 1 && wg == 2) {
     // The multicast producer needs more than 24 registers (ptxas spilled 44 bytes at 24); 40 + 2 * 232 is
     // the same pool of 3 * 168 registers.
@@ -77,10 +92,24 @@ KernelConfig derive_config(const Spec& spec) {
   // (S_j is computed while P_{j-1} feeds the in-flight P.V); without it the same bound is safe.
   // Checked against ptxas: d128 n176 and d64 n128 (3 warpgroups, 160 registers) compile without spills;
   // d128 192x96 (estimate 164 with 28, 160 with 24) spills 48 bytes, so the overhead is 28.
-  config.estimated_consumer_registers = spec.head_dim_v / 2 + spec.block_n / 2 + spec.block_n / 4 + 28;
+  // e4m3: P packs four probabilities per register (block_n / 8), and two-level accumulation adds a fresh
+  // accumulator of pv_chunk_n columns (pv_chunk_n / 2 registers).
+  config.pv_chunk_n = spec.head_dim_v;
+  const int p_registers = fp8 ? spec.block_n / 8 : spec.block_n / 4;
+  auto estimate = [&](int chunk) {
+    return spec.head_dim_v / 2 + spec.block_n / 2 + p_registers + 28 + (spec.fp32_two_level_accum ? chunk / 2 : 0);
+  };
+  if (spec.fp32_two_level_accum) {
+    // The largest column chunk of P.V whose fresh accumulator fits; below the whole of head_dim_v the chunks run
+    // one after the other (device/mainloop.cuh).
+    while (config.pv_chunk_n > 64 && estimate(config.pv_chunk_n) > config.consumer_registers) config.pv_chunk_n /= 2;
+  }
+  config.estimated_consumer_registers = estimate(config.pv_chunk_n);
 
   config.elem_bytes = dtype_size(spec.dtype);
-  config.smem = smem_plan(spec.block_m, spec.block_n, spec.head_dim, spec.head_dim_v, spec.stages, config.elem_bytes);
+  config.out_elem_bytes = dtype_size(spec.out_dtype);
+  config.smem = smem_plan(spec.block_m, spec.block_n, spec.head_dim, spec.head_dim_v, spec.stages, config.elem_bytes,
+                          config.out_elem_bytes, fp8);
   config.smem_bytes = config.smem.launch_bytes;
   return config;
 }
@@ -107,6 +136,18 @@ void check_budgets(const Spec& spec, const KernelConfig& config) {
         spec.block_n, spec.head_dim, wg, config.estimated_consumer_registers,
         spec.intra_wg_overlap ? " (with intra_wg_overlap)" : "", config.consumer_registers, wg,
         wg == 1 ? "" : "s"));
+  }
+  if (config.pv_chunk_n != spec.head_dim_v && spec.intra_wg_overlap) {
+    problems.push_back(fmt::format(
+        "spec field \"fp32_two_level_accum\": true with head_dim_v {} and tile.block_n {} leaves room for a fresh "
+        "accumulator of only {} columns, which the intra_wg_overlap schedule cannot use; set intra_wg_overlap and "
+        "pingpong false or use a smaller tile.block_n",
+        spec.head_dim_v, spec.block_n, config.pv_chunk_n));
+  }
+  if (config.smem.o_bytes > config.smem.o_staging_bytes) {
+    problems.push_back(fmt::format("spec fields \"head_dim\" ({}) and \"head_dim_v\" ({}) need {} bytes to stage the "
+                                   "output, over the {} bytes the plan can lend",
+                                   spec.head_dim, spec.head_dim_v, config.smem.o_bytes, config.smem.o_staging_bytes));
   }
   if (config.smem_bytes > kMaxSharedMemoryPerBlock) {
     problems.push_back(fmt::format(

@@ -24,6 +24,7 @@ struct TileDefaults {
   bool pingpong;
   bool intra_wg_overlap;
   int cluster_m = 1;
+  bool fp32_two_level_accum = false;  // e4m3 only
 };
 
 /// Default tile for (dtype, head_dim, causal); head_dim must be one of capabilities().head_dims.
@@ -36,6 +37,8 @@ struct KernelConfig {
   int producer_registers;      // setmaxnreg.dec target of the producer warpgroup
   int consumer_registers;      // setmaxnreg.inc target of each consumer warpgroup
   int elem_bytes;              // of q, k, v (core/dtype.h)
+  int out_elem_bytes;          // of out
+  int pv_chunk_n;              // columns of O per P.V pass: head_dim_v, or less with fp32_two_level_accum
   SmemPlan smem;               // params.h: the plan the device code reads too
   int smem_bytes;              // smem.launch_bytes: dynamic shared memory requested at launch
   int estimated_consumer_registers;  // accumulators + P + overhead, checked against consumer_registers

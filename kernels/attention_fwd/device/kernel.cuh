@@ -15,14 +15,17 @@
 //                    intra-warpgroup overlap)
 //   softmax.cuh      online softmax; mask.cuh the masking primitive the variant calls
 //   epilogue.cuh     O through shared memory and TMA, LSE from registers
+//   descale.cuh      e4m3 dequantisation scales, folded into the softmax scale and the epilogue
+//   transpose_v.cuh  e4m3: the producer warpgroup's V transpose (fp8 wgmma reads K-major operands only)
 //   smem_layout.cuh  the shared-memory plan
 //   hopper/          PTX wrappers and the layouts behind the index math: fragment.cuh (which accumulator element
 //                    a register holds), swizzle.cuh (128-byte swizzle), wgmma, tma, mbarrier, warpgroup, cluster
 #pragma once
 
-#include "kernels/attention_fwd/device/epilogue.cuh"
 #include "hopper/cluster.cuh"
 #include "hopper/warpgroup.cuh"
+#include "kernels/attention_fwd/device/descale.cuh"
+#include "kernels/attention_fwd/device/epilogue.cuh"
 #include "kernels/attention_fwd/device/mainloop.cuh"
 #include "kernels/attention_fwd/device/variant.cuh"
 
@@ -54,18 +57,22 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
 
   if (wg == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
-    if (threadIdx.x == 0) {
+    if constexpr (SmemLayout<Cfg>::kTransposeV) {
+      Mainloop<Cfg>::produce_transposing(sm, &params.tm_q, &params.tm_k, &params.tm_v, tile,
+                                         tile.head / params.head_group, range);
+    } else if (threadIdx.x == 0) {
       Mainloop<Cfg>::produce(sm, &params.tm_q, &params.tm_k, &params.tm_v, tile, tile.head / params.head_group, range);
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
+    const Descale<Cfg> descale = Descale<Cfg>::load(params, tile, tile.head / params.head_group);
     float o[AccFragment<Cfg::kHeadDimV>::kRegs];
 #pragma unroll
     for (int i = 0; i < AccFragment<Cfg::kHeadDimV>::kRegs; ++i) o[i] = 0.f;
-    OnlineSoftmax<Cfg::kBlockN> softmax;
+    typename Mainloop<Cfg>::Softmax softmax;
     softmax.init();
-    Mainloop<Cfg>::consume(sm, wg - 1, tile, range, params, o, softmax);
-    store_output<Cfg>(sm, &params.tm_o, wg - 1, tile, params, o, softmax);
+    Mainloop<Cfg>::consume(sm, wg - 1, tile, range, params, descale, o, softmax);
+    store_output<Cfg>(sm, &params.tm_o, wg - 1, tile, params, descale, o, softmax);
   }
   // The peer CTA's consumers may still release stages by arriving on our barriers: keep this CTA's shared
   // memory alive until both are done.

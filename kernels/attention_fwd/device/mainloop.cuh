@@ -11,6 +11,14 @@
 //         (next 64-column block of head_dim_v), a k16 step adds 16 rows = 2048 bytes.
 //   P:    the fp32 S accumulator maps onto the 16-bit A-register fragment directly: for k-step g,
 //         a0..a3 = pack(s[8g..8g+1]), pack(s[8g+2..8g+3]), pack(s[8g+4..8g+5]), pack(s[8g+6..8g+7]).
+// e4m3 (FA3 paper §3.3): both GEMMs step over 32 keys/channels (k32) and take K-major operands only. Q and K are
+// K-major already; the producer warpgroup transposes each V stage (device/transpose_v.cuh) into head_dim_v rows
+// of keys, K-major, in column blocks of 128 keys (a k32 step adds 32 bytes; the next column block starts
+// head_dim_v * 128 bytes further). P is packed from the S accumulator without moving data between lanes: per 32
+// columns, a0..a3 = e4m3(s[16j+0,1,4,5]), (s[16j+2,3,6,7]), (s[16j+8,9,12,13]), (s[16j+10,11,14,15]), which
+// relabels the keys inside every 16; the V transpose stores V's keys in the same order.
+// Scales: softmax_step takes the block's scale in log2 units, c = softmax_scale * log2(e) [* q descale * k
+// descale for e4m3], so per-(M tile, N block) descales cost one multiply per block (device/descale.cuh).
 // Which element a register of S or O holds: hopper/fragment.cuh. What happens to a score block between the two
 // GEMMs (key-block range, transform, mask, row-sum hook): variant.cuh, then softmax.cuh.
 #pragma once
@@ -24,7 +32,10 @@
 #include "hopper/wgmma.cuh"
 #include "kernels/attention_fwd/device/scheduler.cuh"
 #include "kernels/attention_fwd/device/smem_layout.cuh"
+#include "hopper/smem_matrix.cuh"
+#include "kernels/attention_fwd/device/descale.cuh"
 #include "kernels/attention_fwd/device/softmax.cuh"
+#include "kernels/attention_fwd/device/transpose_v.cuh"
 #include "kernels/attention_fwd/device/variant.cuh"
 
 namespace fa3jit::attention_fwd {
@@ -35,9 +46,16 @@ struct Mainloop {
   using Variant = AttentionVariant<Cfg>;
   using ScoreFrag = AccFragment<Cfg::kBlockN>;  // S and P: 64 x block_n per consumer warpgroup
   using OutFrag = AccFragment<Cfg::kHeadDimV>;  // O: 64 x head_dim_v per consumer warpgroup
-  static constexpr int kQkSteps = Cfg::kHeadDim / 16;   // k16 steps of S = Q.K^T
-  static constexpr int kPvSteps = Cfg::kBlockN / 16;    // k16 steps of O += P.V
-  static constexpr int kRowBytes = kSwizzleRowBytes;     // one swizzled row of a 64-column block
+  static constexpr bool kFp8 = Cfg::kElemBytes == 1;
+  using Softmax = OnlineSoftmax<Cfg::kBlockN, kFp8 ? 8 : 0>;
+  // One wgmma k-step reads 32 bytes of K per row: k16 for 16-bit inputs, k32 for e4m3.
+  static constexpr int kQkSteps = Cfg::kHeadDim * Cfg::kElemBytes / 32;  // k-steps of S = Q.K^T
+  static constexpr int kPvSteps = Cfg::kBlockN * Cfg::kElemBytes / 32;   // k-steps of O += P.V
+  static constexpr int kPRegs = Cfg::kBlockN * Cfg::kElemBytes / 8;      // 32-bit registers of P per thread
+  static constexpr int kRowBytes = kSwizzleRowBytes;                      // one swizzled row of a column block
+  static constexpr int kPvChunks = Cfg::kHeadDimV / Cfg::kPvChunkN;     // P.V passes (two-level accumulation)
+  // The fresh accumulator of two-level accumulation (one register when unused: arrays have no size 0).
+  static constexpr int kAccRegs = Cfg::kTwoLevelAccum ? Cfg::kPvChunkN / 2 : 1;
   // A stage is free once lane 0 of every consumer warp of every CTA that reads it has released it: with
   // cluster_m = 2 the peer CTA's consumers release it too (its producer multicasts into our stage).
   static constexpr uint32_t kEmptyArrivals = 4 * Cfg::kConsumerWarpgroups * Cfg::kClusterM;
@@ -48,9 +66,14 @@ struct Mainloop {
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(sm.k_full(s), 1);
-      mbarrier_init(sm.v_full(s), 1);
+      // e4m3: a V stage is full once each of the 4 producer warps has transposed its part.
+      mbarrier_init(sm.v_full(s), kFp8 ? TransposeV<Cfg>::kWarps : 1);
       mbarrier_init(sm.k_empty(s), kEmptyArrivals);
       mbarrier_init(sm.v_empty(s), kEmptyArrivals);
+      if constexpr (kFp8) {
+        mbarrier_init(sm.v_load_full(s), 1);
+        mbarrier_init(sm.v_load_empty(s), TransposeV<Cfg>::kWarps);
+      }
     }
   }
 
@@ -64,11 +87,12 @@ struct Mainloop {
       load_tile<Cfg::kBlockN, kCols>(dst, desc, bar, row, head, batch);
     } else {
       constexpr int kHalf = Cfg::kBlockN / 2;
+      constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
       const int rank = static_cast<int>(cluster_ctarank());
 #pragma unroll
-      for (int j = 0; j < kCols / 64; ++j)
-        tma_load_4d_multicast(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar, 64 * j,
-                              row + rank * kHalf, head, batch, static_cast<uint16_t>(0x3));
+      for (int j = 0; j < kCols / kBlockCols; ++j)
+        tma_load_4d_multicast(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar,
+                              kBlockCols * j, row + rank * kHalf, head, batch, static_cast<uint16_t>(0x3));
     }
   }
 
@@ -82,12 +106,14 @@ struct Mainloop {
     }
   }
 
-  /// Loads a rows x head_dim tile as head_dim/64 boxes of {64, rows} into consecutive column blocks.
+  /// Loads a rows x kCols tile as boxes of {128 bytes, rows} into consecutive column blocks.
   template <int kRows, int kCols>
   static __device__ __forceinline__ void load_tile(uint32_t dst, const TmaDesc* desc, uint32_t bar, int row,
                                                    int head, int batch) {
+    constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
 #pragma unroll
-    for (int j = 0; j < kCols / 64; ++j) tma_load_4d(dst + j * kRows * kRowBytes, desc, bar, 64 * j, row, head, batch);
+    for (int j = 0; j < kCols / kBlockCols; ++j)
+      tma_load_4d(dst + j * kRows * kRowBytes, desc, bar, kBlockCols * j, row, head, batch);
   }
 
   /// Producer: one thread. Q once, then K and V of every visited block, last block first.
@@ -111,8 +137,61 @@ struct Mainloop {
     }
   }
 
+  /// e4m3 producer: the whole warpgroup. Thread 0 streams Q once and K and V (into the V load stages) of every
+  /// visited block, last block first; all four warps transpose each V load stage into a V stage one block behind
+  /// the loads (device/transpose_v.cuh), so a block's transpose overlaps the next block's TMA.
+  static __device__ __forceinline__ void produce_transposing(const Smem& sm, const TmaDesc* tm_q, const TmaDesc* tm_k,
+                                                             const TmaDesc* tm_v, TileCoord tile, int kv_head,
+                                                             NBlockRange range) {
+    if (range.empty()) return;
+    const int tid = threadIdx.x % 128;
+    const int warp = tid / 32, lane = tid % 32;
+    if (tid == 0) {
+      mbarrier_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
+      load_tile<Cfg::kBlockM, Cfg::kHeadDim>(sm.q(), tm_q, sm.q_full(), tile.m_block * Cfg::kBlockM, tile.head,
+                                             tile.batch);
+    }
+    PipelineState<Cfg::kStages> load_pipe, transpose_pipe;
+    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+      if (tid == 0) {
+        mbarrier_wait(sm.k_empty(load_pipe.stage), load_pipe.phase ^ 1u);
+        mbarrier_arrive_expect_tx(sm.k_full(load_pipe.stage), Smem::kKStageBytes);
+        load_kv_block<Cfg::kHeadDim>(sm.k(load_pipe.stage), tm_k, sm.k_full(load_pipe.stage),
+                                     n_block * Cfg::kBlockN, kv_head, tile.batch);
+        mbarrier_wait(sm.v_load_empty(load_pipe.stage), load_pipe.phase ^ 1u);
+        mbarrier_arrive_expect_tx(sm.v_load_full(load_pipe.stage), Smem::kVLoadStageBytes);
+        load_kv_block<Cfg::kHeadDimV>(sm.v_load(load_pipe.stage), tm_v, sm.v_load_full(load_pipe.stage),
+                                      n_block * Cfg::kBlockN, kv_head, tile.batch);
+      }
+      __syncwarp();
+      if (n_block != range.n_block_max - 1) {
+        transpose_stage(sm, transpose_pipe, warp, lane);
+        transpose_pipe.advance();
+      }
+      load_pipe.advance();
+    }
+    transpose_stage(sm, transpose_pipe, warp, lane);
+  }
+
+  /// Transposes the V load stage of `pipe` into its V stage: waits for the load and for the consumers to have
+  /// released the V stage, rewrites it, makes the generic-proxy stores visible to wgmma (async proxy), and
+  /// arrives (one per warp) on the V stage's full barrier and the load stage's empty barrier.
+  static __device__ __forceinline__ void transpose_stage(const Smem& sm, PipelineState<Cfg::kStages> pipe, int warp,
+                                                         int lane) {
+    mbarrier_wait(sm.v_load_full(pipe.stage), pipe.phase);
+    mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
+    TransposeV<Cfg>::run(sm.v_load(pipe.stage), sm.v(pipe.stage), warp, lane);
+    fence_proxy_async_smem();
+    __syncwarp();
+    if (lane == 0) {
+      mbarrier_arrive(sm.v_full(pipe.stage));
+      mbarrier_arrive(sm.v_load_empty(pipe.stage));
+    }
+  }
+
   /// S = Q.K^T for this warpgroup's 64 rows and one K stage (issued, committed, not waited).
   static __device__ __forceinline__ void issue_qk(float (&s)[ScoreFrag::kRegs], uint32_t q_rows, uint32_t k_tile) {
+    // A k-step reads 32 bytes of every row; four of them cover a 128-byte column block.
 #pragma unroll
     for (int kk = 0; kk < kQkSteps; ++kk) {
       const uint32_t col = (kk / 4), off = (kk % 4) * 32;
@@ -123,34 +202,65 @@ struct Mainloop {
     wgmma_commit();
   }
 
-  /// O += P.V for one V stage (issued, committed, not waited).
-  static __device__ __forceinline__ void issue_pv(float (&o)[OutFrag::kRegs], const uint32_t (&p)[Cfg::kBlockN / 4],
-                                                  uint32_t v_tile) {
+  /// acc (+)= P.V for columns [chunk * kPvChunkN, +kPvChunkN) of one V stage (issued, committed, not waited).
+  /// kFresh: the first k-step overwrites acc (two-level accumulation's fresh accumulator).
+  template <bool kFresh, int kN>
+  static __device__ __forceinline__ void issue_pv(float (&acc)[kN], const uint32_t (&p)[kPRegs], uint32_t v_tile,
+                                                  int chunk = 0) {
 #pragma unroll
     for (int g = 0; g < kPvSteps; ++g) {
-      const uint64_t desc_v = make_smem_desc_sw128(v_tile + g * 16 * kRowBytes, Cfg::kBlockN * kRowBytes, 1024);
-      wgmma_pv(o, p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3], desc_v);
+      uint64_t desc_v;
+      if constexpr (kFp8) {
+        // V stage: head_dim_v rows of 128 keys per column block; rows of this chunk start chunk * kPvChunkN in.
+        desc_v = make_smem_desc_sw128(v_tile + (g / 4) * Cfg::kHeadDimV * kRowBytes + (g % 4) * 32 +
+                                          chunk * Cfg::kPvChunkN * kRowBytes,
+                                      16, 1024);
+      } else {
+        desc_v = make_smem_desc_sw128(v_tile + g * 16 * kRowBytes, Cfg::kBlockN * kRowBytes, 1024);
+      }
+      wgmma_pv(acc, p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3], desc_v, kFresh && g == 0 ? 0 : 1);
     }
     wgmma_commit();
   }
 
-  /// Converts probabilities (S accumulator layout) into the 16-bit A fragments of P.V.
-  static __device__ __forceinline__ void convert_p(const float (&s)[ScoreFrag::kRegs],
-                                                   uint32_t (&p)[Cfg::kBlockN / 4]) {
+  /// Converts probabilities (S accumulator layout) into the A fragments of P.V: 16-bit pairs, or e4m3 quads
+  /// relabelled as the V transpose expects (see the top of this file).
+  static __device__ __forceinline__ void convert_p(const float (&s)[ScoreFrag::kRegs], uint32_t (&p)[kPRegs]) {
+    if constexpr (kFp8) {
 #pragma unroll
-    for (int i = 0; i < Cfg::kBlockN / 4; ++i) p[i] = pack_half2<Cfg::kIsBf16>(s[2 * i], s[2 * i + 1]);
+      for (int j = 0; j < Cfg::kBlockN / 32; ++j) {
+        const float* x = s + 16 * j;
+        p[4 * j + 0] = pack_e4m3x4(x[0], x[1], x[4], x[5]);
+        p[4 * j + 1] = pack_e4m3x4(x[2], x[3], x[6], x[7]);
+        p[4 * j + 2] = pack_e4m3x4(x[8], x[9], x[12], x[13]);
+        p[4 * j + 3] = pack_e4m3x4(x[10], x[11], x[14], x[15]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPRegs; ++i) p[i] = pack_half2<Cfg::kIsBf16>(s[2 * i], s[2 * i + 1]);
+    }
+  }
+
+  /// Two-level accumulation: o[chunk] = (o[chunk] + acc) * o_scale, row half by row half (o_scale 1: a plain add).
+  static __device__ __forceinline__ void add_chunk(float (&o)[OutFrag::kRegs], const float (&acc)[kAccRegs],
+                                                   int chunk, const float (&o_scale)[2]) {
+#pragma unroll
+    for (int i = 0; i < kAccRegs; ++i) {
+      const int r = chunk * kAccRegs + i;
+      o[r] = (o[r] + acc[i]) * o_scale[OutFrag::row_half(r)];
+    }
   }
 
   /// One score block through the variant and the online softmax: transform, mask (only the blocks that need
   /// it), exponentiate. row0: the global query row of the thread's row half 0 (hopper/fragment.cuh). o_scale
   /// receives the factor for the rows of O.
   static __device__ __forceinline__ void softmax_step(float (&s)[ScoreFrag::kRegs], int n_block, TileCoord tile,
-                                                      int row0, const Params& params,
-                                                      OnlineSoftmax<Cfg::kBlockN>& softmax, float (&o_scale)[2]) {
+                                                      int row0, const Params& params, const Descale<Cfg>& descale,
+                                                      Softmax& softmax, float (&o_scale)[2]) {
     Variant::transform_scores(s);
     if (Variant::needs_mask(n_block, tile.m_block, params.seqlen_q, params.seqlen_k))
       Variant::apply_mask(s, n_block, row0, params.seqlen_q, params.seqlen_k);
-    softmax.update(s, params.scale_log2, o_scale);
+    softmax.update(s, descale.block_scale_log2(n_block), o_scale);
   }
 
   /// O *= o_scale, row half by row half.
@@ -176,8 +286,8 @@ struct Mainloop {
   /// Consumer warpgroup `wg` (0-based): runs the whole KV loop for its 64 rows; O and the softmax state
   /// stay in registers for the epilogue.
   static __device__ __forceinline__ void consume(const Smem& sm, int wg, TileCoord tile, NBlockRange range,
-                                                 const Params& params, float (&o)[OutFrag::kRegs],
-                                                 OnlineSoftmax<Cfg::kBlockN>& softmax) {
+                                                 const Params& params, const Descale<Cfg>& descale,
+                                                 float (&o)[OutFrag::kRegs], Softmax& softmax) {
     if (range.empty()) return;
     const int row0 = ScoreFrag::row_base(tile.m_block * Cfg::kBlockM + wg * 64);  // global query row of row half 0
     const uint32_t q_rows = sm.q() + wg * 64 * kRowBytes;
@@ -186,17 +296,40 @@ struct Mainloop {
     }
     mbarrier_wait(sm.q_full(), 0);
     if constexpr (Cfg::kIntraWgOverlap) {
-      consume_overlapped(sm, tile, range, params, o, softmax, row0, q_rows, wg);
+      consume_overlapped(sm, tile, range, params, descale, o, softmax, row0, q_rows, wg);
     } else {
-      consume_sequential(sm, tile, range, params, o, softmax, row0, q_rows, wg);
+      consume_sequential(sm, tile, range, params, descale, o, softmax, row0, q_rows, wg);
     }
+  }
+
+  /// O += P.V of one V stage, waited: straight into O, or with two-level accumulation chunk by chunk through the
+  /// fresh accumulator (o_scale already applied to O).
+  static __device__ __forceinline__ void pv_waited(float (&o)[OutFrag::kRegs], uint32_t (&p)[kPRegs], uint32_t v_tile) {
+    if constexpr (Cfg::kTwoLevelAccum) {
+      const float one[2] = {1.f, 1.f};
+#pragma unroll
+      for (int chunk = 0; chunk < kPvChunks; ++chunk) {
+        float acc[kAccRegs];
+        wgmma_fence();
+        issue_pv<true>(acc, p, v_tile, chunk);
+        wgmma_wait<0>();
+        fence_operands(acc);
+        add_chunk(o, acc, chunk, one);
+      }
+    } else {
+      wgmma_fence();
+      issue_pv<false>(o, p, v_tile);
+      wgmma_wait<0>();
+      fence_operands(o);
+    }
+    fence_operands(p);
   }
 
   /// Per block: S = Q.K^T, wait, softmax, O += P.V, wait (FA2 order; GEMMs and softmax serialised
   /// inside the warpgroup).
   static __device__ __forceinline__ void consume_sequential(const Smem& sm, TileCoord tile, NBlockRange range,
-                                                            const Params& params, float (&o)[OutFrag::kRegs],
-                                                            OnlineSoftmax<Cfg::kBlockN>& softmax, int row0,
+                                                            const Params& params, const Descale<Cfg>& descale,
+                                                            float (&o)[OutFrag::kRegs], Softmax& softmax, int row0,
                                                             uint32_t q_rows, int wg) {
     const int lane = threadIdx.x % 32;
     PipelineState<Cfg::kStages> pipe;
@@ -210,17 +343,13 @@ struct Mainloop {
       if (lane == 0) release(sm.k_empty(pipe.stage));
 
       float o_scale[2];
-      softmax_step(s, n_block, tile, row0, params, softmax, o_scale);
+      softmax_step(s, n_block, tile, row0, params, descale, softmax, o_scale);
       rescale_o(o, o_scale);
-      uint32_t p[Cfg::kBlockN / 4];
+      uint32_t p[kPRegs];
       convert_p(s, p);
 
       mbarrier_wait(sm.v_full(pipe.stage), pipe.phase);
-      wgmma_fence();
-      issue_pv(o, p, sm.v(pipe.stage));
-      wgmma_wait<0>();
-      fence_operands(o);
-      fence_operands(p);
+      pv_waited(o, p, sm.v(pipe.stage));
       if (lane == 0) release(sm.v_empty(pipe.stage));
       pipe.advance();
     }
@@ -228,14 +357,17 @@ struct Mainloop {
 
   /// FA3's intra-warpgroup overlap (paper §3.2, "2-stage pipelining"): at step j the warpgroup issues
   /// S_j = Q.K_j^T and O += P_{j-1}.V_{j-1} back to back, waits only for S_j, and runs the softmax of S_j
-  /// while the P.V GEMM is still in flight; O is rescaled once that GEMM has completed.
+  /// while the P.V GEMM is still in flight; O is rescaled once that GEMM has completed. With two-level
+  /// accumulation the P.V GEMM writes a fresh accumulator, added into O as O = (O + acc) * o_scale.
   static __device__ __forceinline__ void consume_overlapped(const Smem& sm, TileCoord tile, NBlockRange range,
-                                                            const Params& params, float (&o)[OutFrag::kRegs],
-                                                            OnlineSoftmax<Cfg::kBlockN>& softmax, int row0,
+                                                            const Params& params, const Descale<Cfg>& descale,
+                                                            float (&o)[OutFrag::kRegs], Softmax& softmax, int row0,
                                                             uint32_t q_rows, int wg) {
+    static_assert(!Cfg::kTwoLevelAccum || kPvChunks == 1, "the overlapped schedule takes P.V in one pass");
     const int lane = threadIdx.x % 32;
     PipelineState<Cfg::kStages> pipe;
-    uint32_t p[Cfg::kBlockN / 4];
+    uint32_t p[kPRegs];
+    float acc[kAccRegs];
     {  // first block: S, softmax, P (O is still zero, nothing to rescale)
       float s[ScoreFrag::kRegs];
       mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
@@ -247,7 +379,7 @@ struct Mainloop {
       fence_operands(s);
       if (lane == 0) release(sm.k_empty(pipe.stage));
       float o_scale[2];
-      softmax_step(s, range.n_block_max - 1, tile, row0, params, softmax, o_scale);
+      softmax_step(s, range.n_block_max - 1, tile, row0, params, descale, softmax, o_scale);
       convert_p(s, p);
     }
     PipelineState<Cfg::kStages> v_pipe = pipe;  // V of the block whose P is pending
@@ -259,18 +391,27 @@ struct Mainloop {
       gemm_turn_begin(wg);
       wgmma_fence();
       issue_qk(s, q_rows, sm.k(pipe.stage));
-      issue_pv(o, p, sm.v(v_pipe.stage));
+      if constexpr (Cfg::kTwoLevelAccum) {
+        issue_pv<true>(acc, p, sm.v(v_pipe.stage));
+      } else {
+        issue_pv<false>(o, p, sm.v(v_pipe.stage));
+      }
       gemm_turn_end(wg);
       wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run
       fence_operands(s);
       if (lane == 0) release(sm.k_empty(pipe.stage));
       float o_scale[2];
-      softmax_step(s, n_block, tile, row0, params, softmax, o_scale);
+      softmax_step(s, n_block, tile, row0, params, descale, softmax, o_scale);
       wgmma_wait<0>();
-      fence_operands(o);
       fence_operands(p);
       if (lane == 0) release(sm.v_empty(v_pipe.stage));
-      rescale_o(o, o_scale);
+      if constexpr (Cfg::kTwoLevelAccum) {
+        fence_operands(acc);
+        add_chunk(o, acc, 0, o_scale);
+      } else {
+        fence_operands(o);
+        rescale_o(o, o_scale);
+      }
       convert_p(s, p);
       v_pipe = pipe;
       pipe.advance();
@@ -279,12 +420,22 @@ struct Mainloop {
     mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
     gemm_turn_begin(wg);
     wgmma_fence();
-    issue_pv(o, p, sm.v(v_pipe.stage));
+    if constexpr (Cfg::kTwoLevelAccum) {
+      issue_pv<true>(acc, p, sm.v(v_pipe.stage));
+    } else {
+      issue_pv<false>(o, p, sm.v(v_pipe.stage));
+    }
     gemm_turn_end(wg);
     wgmma_wait<0>();
-    fence_operands(o);
     fence_operands(p);
     if (lane == 0) release(sm.v_empty(v_pipe.stage));
+    if constexpr (Cfg::kTwoLevelAccum) {
+      fence_operands(acc);
+      const float one[2] = {1.f, 1.f};
+      add_chunk(o, acc, 0, one);
+    } else {
+      fence_operands(o);
+    }
   }
 };
 

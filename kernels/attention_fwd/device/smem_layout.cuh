@@ -1,11 +1,12 @@
-// Shared-memory plan of one CTA. Every tile starts on a 1024-byte boundary (128-byte swizzle atoms,
-// docs/kernel-design.md §2). A tile of R rows x D columns (16-bit) is stored as D/64 column blocks of
-// R rows x 128 bytes, each 128B-swizzled (hopper/swizzle.cuh): exactly what one TMA box of {64, R} per column
-// block writes.
-//   Q   : block_m x head_dim            (reused as the O staging tile in the epilogue)
-//   K[s]: block_n x head_dim, per stage
-//   V[s]: block_n x head_dim_v, per stage
-//   barriers: q_full, k_full[s], k_empty[s], v_full[s], v_empty[s]
+// Shared-memory plan of one CTA (params.h: smem_plan). Every tile starts on a 1024-byte boundary (128-byte
+// swizzle atoms, docs/kernel-design.md §2). A tile of R rows x B bytes is stored as B/128 column blocks of
+// R rows x 128 bytes, each 128B-swizzled (hopper/swizzle.cuh): exactly what one TMA box of {128 bytes, R} per
+// column block writes.
+//   Q        : block_m x head_dim            (with the V load stages: the O staging tile of the epilogue)
+//   Vload[s] : e4m3 only: block_n x head_dim_v as TMA loads V, per stage (device/transpose_v.cuh)
+//   K[s]     : block_n x head_dim, per stage
+//   V[s]     : block_n x head_dim_v, per stage; e4m3: head_dim_v x block_n (transposed, K-major)
+//   barriers : q_full, k_full[s], k_empty[s], v_full[s], v_empty[s] (+ v_load_full[s], v_load_empty[s])
 #pragma once
 
 #include "hopper/types.cuh"
@@ -16,18 +17,22 @@ namespace fa3jit::attention_fwd {
 template <class Cfg>
 struct SmemLayout {
   // The one plan the host also requests (params.h: smem_plan), from this kernel's own element size.
-  static constexpr SmemPlan kPlan =
-      smem_plan(Cfg::kBlockM, Cfg::kBlockN, Cfg::kHeadDim, Cfg::kHeadDimV, Cfg::kStages, Cfg::kElemBytes);
+  static constexpr bool kTransposeV = Cfg::kElemBytes == 1;  // e4m3 wgmma reads K-major B only
+  static constexpr SmemPlan kPlan = smem_plan(Cfg::kBlockM, Cfg::kBlockN, Cfg::kHeadDim, Cfg::kHeadDimV, Cfg::kStages,
+                                              Cfg::kElemBytes, Cfg::kOutElemBytes, kTransposeV);
   static constexpr int kQBytes = kPlan.q_bytes;
   static constexpr int kKStageBytes = kPlan.k_stage_bytes;
   static constexpr int kVStageBytes = kPlan.v_stage_bytes;
+  static constexpr int kVLoadStageBytes = kPlan.v_load_stage_bytes;
   static constexpr int kQOffset = kPlan.q_offset;
   static constexpr int kKOffset = kPlan.k_offset;
   static constexpr int kVOffset = kPlan.v_offset;
   static constexpr int kBarrierOffset = kPlan.barrier_offset;
   static constexpr int kNumBarriers = kPlan.num_barriers;
-  static_assert(kQBytes % 1024 == 0 && kKStageBytes % 1024 == 0 && kVStageBytes % 1024 == 0,
+  static_assert(kQBytes % 1024 == 0 && kKStageBytes % 1024 == 0 && kVStageBytes % 1024 == 0 &&
+                    kVLoadStageBytes % 1024 == 0,
                 "tiles must keep 1024-byte alignment");
+  static_assert(kPlan.o_bytes <= kPlan.o_staging_bytes, "the output must fit its staging area");
   static_assert(8 * kNumBarriers <= kBarrierAreaBytes, "the barriers must fit their area");
   static_assert(kPlan.launch_bytes == Cfg::kSmemBytes, "the launch must request the plan's bytes");
 
@@ -36,6 +41,11 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t q() const { return base + kQOffset; }
   __device__ __forceinline__ uint32_t k(int stage) const { return base + kKOffset + stage * kKStageBytes; }
   __device__ __forceinline__ uint32_t v(int stage) const { return base + kVOffset + stage * kVStageBytes; }
+  __device__ __forceinline__ uint32_t v_load(int stage) const {
+    return base + kPlan.v_load_offset + stage * kVLoadStageBytes;
+  }
+  /// The epilogue's output tile: from the start of Q over Q and the V load stages.
+  __device__ __forceinline__ uint32_t o() const { return base + kQOffset; }
   __device__ __forceinline__ uint32_t q_full() const { return base + kBarrierOffset; }
   __device__ __forceinline__ uint32_t k_full(int stage) const { return base + kBarrierOffset + 8 * (1 + stage); }
   __device__ __forceinline__ uint32_t k_empty(int stage) const {
@@ -46,6 +56,12 @@ struct SmemLayout {
   }
   __device__ __forceinline__ uint32_t v_empty(int stage) const {
     return base + kBarrierOffset + 8 * (1 + 3 * Cfg::kStages + stage);
+  }
+  __device__ __forceinline__ uint32_t v_load_full(int stage) const {
+    return base + kBarrierOffset + 8 * (1 + 4 * Cfg::kStages + stage);
+  }
+  __device__ __forceinline__ uint32_t v_load_empty(int stage) const {
+    return base + kBarrierOffset + 8 * (1 + 5 * Cfg::kStages + stage);
   }
 };
 

@@ -2,9 +2,14 @@
 //
 // The scores arrive as an m64nN wgmma accumulator fragment (hopper/fragment.cuh): each thread owns two rows
 // (its row halves), each spread over the 4 lanes of a quad, so row reductions are a local reduction plus two
-// butterfly shuffles. The scale is folded into one FFMA before ex2: exp(s*scale - m*scale) =
-// 2^(s*scale_log2 - m*scale_log2). The running max is kept unscaled; a row with no visible key keeps
-// max = -inf and uses 0 as the subtrahend, so it produces P = 0 and never NaN.
+// butterfly shuffles. The scale is folded into one FFMA before ex2: exp(s*scale - m) = 2^(s*c - m*log2(e)) with
+// c = scale * log2(e), which for e4m3 also carries the block's q and k descales (so c may change from one key
+// block to the next). The running max is therefore kept in the scaled log2 domain, where blocks of different c
+// compare. A row with no visible key keeps max = -inf and uses 0 as the subtrahend, so it produces P = 0 and
+// never NaN.
+// kMaxOffset (e4m3, FA3's trick): P = 2^(s*c - max + 8) lies in [0, 256] instead of [0, 1], using the e4m3 range
+// (max 448) and keeping small probabilities out of its subnormals; O and the row sum carry the same 2^8, which
+// cancels in O / sum, and finalize subtracts it from the LSE.
 // Which scores are masked and how they are transformed first is the attention variant's business
 // (variant.cuh); so is the last touch to the normaliser (finalize's row-sum hook, where sinks will go).
 #pragma once
@@ -38,11 +43,11 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
-template <int kBlockN>
+template <int kBlockN, int kMaxOffset = 0>
 struct OnlineSoftmax {
   using Frag = AccFragment<kBlockN>;
   static constexpr int kRegs = Frag::kRegs;
-  float row_max[Frag::kRowHalves];
+  float row_max[Frag::kRowHalves];  // max of s * c over the keys seen, log2 domain
   float row_sum[Frag::kRowHalves];  // per-thread partial sums; reduced across the quad in finalize()
 
   __device__ __forceinline__ void init() {
@@ -50,42 +55,43 @@ struct OnlineSoftmax {
     row_sum[0] = row_sum[1] = 0.f;
   }
 
-  /// Turns scores S into unnormalised probabilities P in place; returns in o_scale the factor by which the
-  /// output accumulator rows must be multiplied (exp of the max shift; 0 on the first block of a row).
-  __device__ __forceinline__ void update(float (&s)[kRegs], float scale_log2, float (&o_scale)[2]) {
+  /// Turns scores S into unnormalised probabilities P in place, with c the block's scale in log2 units (positive);
+  /// returns in o_scale the factor by which the output accumulator rows must be multiplied (exp of the max shift;
+  /// 0 on the first block of a row).
+  __device__ __forceinline__ void update(float (&s)[kRegs], float c, float (&o_scale)[2]) {
 #pragma unroll
     for (int h = 0; h < Frag::kRowHalves; ++h) {
-      float m = row_max[h];
+      float m = neg_inf();
 #pragma unroll
       for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) m = fmaxf(m, s[Frag::reg(h, j)]);
-      m = quad_max(m);
+      m = fmaxf(row_max[h], quad_max(m) * c);
       const bool empty = m == neg_inf();
-      o_scale[h] = empty ? 1.f : exp2_approx((row_max[h] - m) * scale_log2);
+      o_scale[h] = empty ? 1.f : exp2_approx(row_max[h] - m);
       row_max[h] = m;
-      const float m_scaled = empty ? 0.f : m * scale_log2;
+      const float subtrahend = empty ? 0.f : m - static_cast<float>(kMaxOffset);
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) {
         const int i = Frag::reg(h, j);
-        s[i] = exp2_approx(fmaf(s[i], scale_log2, -m_scaled));
+        s[i] = exp2_approx(fmaf(s[i], c, -subtrahend));
         sum += s[i];
       }
       row_sum[h] = fmaf(row_sum[h], o_scale[h], sum);
     }
   }
 
-  /// Final normalisation: inv_sum = 1/rowsum (0 for a row that saw no key), lse = natural-log
-  /// log-sum-exp of the scaled scores (-inf for a row that saw no key). Variant supplies the row-sum hook
+  /// Final normalisation: inv_sum = 1/rowsum (0 for a row that saw no key), lse = natural-log log-sum-exp of the
+  /// scaled scores (-inf for a row that saw no key). Variant supplies the row-sum hook
   /// (AttentionVariant::finalize_row_sum, variant.cuh).
   template <class Variant>
-  __device__ __forceinline__ void finalize(float softmax_scale, float (&inv_sum)[2], float (&lse)[2]) {
+  __device__ __forceinline__ void finalize(float (&inv_sum)[2], float (&lse)[2]) {
     constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
     for (int h = 0; h < Frag::kRowHalves; ++h) {
       const float sum = Variant::finalize_row_sum(quad_sum(row_sum[h]), row_max[h]);
       const bool empty = !(sum > 0.f);  // also catches NaN
       inv_sum[h] = empty ? 0.f : 1.f / sum;
-      lse[h] = empty ? neg_inf() : row_max[h] * softmax_scale + log2_approx(sum) * kLn2;
+      lse[h] = empty ? neg_inf() : (row_max[h] - static_cast<float>(kMaxOffset) + log2_approx(sum)) * kLn2;
     }
   }
 };

@@ -69,8 +69,8 @@ struct AttentionVariant {
     }
   }
 
-  /// Row-sum finalisation: turns the quad-reduced sum of exp2((s - row_max) * scale_log2) of one row into the
-  /// softmax normaliser (1 / it scales O, log of it enters the LSE). Identity today.
+  /// Row-sum finalisation: turns the quad-reduced sum of exp2(s * c - row_max) of one row (row_max in the scaled
+  /// log2 domain, softmax.cuh) into the softmax normaliser (1 / it scales O, log of it enters the LSE). Identity today.
   static __device__ __forceinline__ float finalize_row_sum(float row_sum, float row_max) { return row_sum; }
 };
 

@@ -82,16 +82,20 @@ TEST_CASE("emission is deterministic and the kernel name is unique per spec", "[
   CHECK(std::regex_match(attention_fwd::kernel_name(spec), std::regex("fa3jit_attention_fwd_bf16_d128_causal_[0-9a-f]{8}")));
 }
 
-TEST_CASE("e4m3 is rejected by the generator too", "[generator]") {
-  KernelConfig cfg = make_kernel_config(parse_spec(std::string(R"({"dtype":"bf16","head_dim":128})")));
-  cfg.spec.dtype = DType::kE4m3;
-  CHECK_THROWS_AS(emit_kernel(cfg), Error);
+TEST_CASE("e4m3 kernels use k32 e4m3 wgmma, K-major V and the producer's transpose", "[generator][fp8]") {
+  const KernelSource src = emit_json(R"({"dtype":"e4m3","head_dim":128})");
+  CHECK(src.code.find("wgmma.mma_async.sync.aligned.m64n224k32.f32.e4m3.e4m3") != std::string::npos);
+  CHECK(src.code.find("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3") != std::string::npos);
+  CHECK(src.code.find("k16.f32") == std::string::npos);
+  CHECK(src.code.find("static constexpr int kElemBytes = 1;") != std::string::npos);
+  CHECK(src.code.find("static constexpr bool kOutIsBf16 = true;") != std::string::npos);
+  CHECK(src.code.find("struct TransposeV") != std::string::npos);
 }
 
 TEST_CASE("the unit checks Params' layout field by field against the host's", "[generator][params]") {
   const KernelSource src = emit_json(R"({"dtype":"bf16","head_dim":64})");
   const std::vector<FieldLayout> fields = params_layout();
-  REQUIRE(fields.size() == 14);
+  REQUIRE(fields.size() == 22);
   CHECK(src.code.find(fmt::format("static_assert(sizeof(fa3jit::attention_fwd::Params) == {}", sizeof(Params))) !=
         std::string::npos);
   for (const FieldLayout& f : fields) {
@@ -165,13 +169,18 @@ TEST_CASE("the attention family is registered and reached through the generic se
 
 TEST_CASE("the host's shared-memory plan is the one the kernel checks", "[generator][params]") {
   for (const char* json : {R"({"dtype":"bf16","head_dim":128})", R"({"dtype":"fp16","head_dim":64})",
-                           R"({"dtype":"bf16","head_dim":256,"causal":true})"}) {
+                           R"({"dtype":"bf16","head_dim":256,"causal":true})", R"({"dtype":"e4m3","head_dim":128})",
+                           R"({"dtype":"e4m3","head_dim":256,"causal":true})"}) {
     INFO(json);
     const KernelConfig cfg = make_kernel_config(parse_spec(std::string(json)));
+    const bool fp8 = cfg.spec.dtype == DType::kE4m3;
     const SmemPlan p = smem_plan(cfg.spec.block_m, cfg.spec.block_n, cfg.spec.head_dim, cfg.spec.head_dim_v,
-                                 cfg.spec.stages, 2);
+                                 cfg.spec.stages, fp8 ? 1 : 2, 2, fp8);
     CHECK(cfg.smem_bytes == p.launch_bytes);
-    CHECK(p.launch_bytes == p.q_bytes + cfg.spec.stages * (p.k_stage_bytes + p.v_stage_bytes) + 1024 + 256);
+    CHECK(p.launch_bytes ==
+          p.q_bytes + cfg.spec.stages * (p.k_stage_bytes + p.v_stage_bytes + p.v_load_stage_bytes) + 1024 + 256);
+    CHECK(p.o_bytes <= p.o_staging_bytes);
+    CHECK((p.v_load_stage_bytes != 0) == fp8);
     CHECK(emit_kernel(cfg).code.find(fmt::format("static constexpr int kSmemBytes = {};", p.launch_bytes)) !=
           std::string::npos);
   }

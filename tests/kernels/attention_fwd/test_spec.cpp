@@ -56,8 +56,26 @@ const std::vector<BadCase> kBadCases = {
      {"\"dtype\"", "16", "wrong type", "\"fp16\", \"bf16\""}},
     {"dtype fp32", R"({"dtype": "fp32", "head_dim": 128})", ErrorCode::kInvalidSpec,
      {"\"dtype\"", "\"fp32\"", "\"fp16\", \"bf16\""}},
-    {"dtype e4m3", R"({"dtype": "e4m3", "head_dim": 128})", ErrorCode::kUnsupported,
-     {"\"dtype\"", "\"e4m3\"", "not yet supported", "\"fp16\", \"bf16\""}},
+    {"e4m3 head_dim 64", R"({"dtype": "e4m3", "head_dim": 64})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "64", "\"e4m3\"", "one of 128, 256"}},
+    {"e4m3 out_dtype e4m3", R"({"dtype": "e4m3", "head_dim": 128, "out_dtype": "e4m3"})", ErrorCode::kInvalidSpec,
+     {"\"out_dtype\"", "\"e4m3\"", "\"bf16\", \"fp16\""}},
+    {"bf16 out_dtype fp16", R"({"dtype": "bf16", "head_dim": 128, "out_dtype": "fp16"})", ErrorCode::kInvalidSpec,
+     {"\"out_dtype\"", "\"fp16\"", "\"bf16\" (the input dtype)"}},
+    {"bf16 quant per_head", R"({"dtype": "bf16", "head_dim": 128, "quant": "per_head"})", ErrorCode::kInvalidSpec,
+     {"\"quant\"", "\"per_head\"", "\"none\""}},
+    {"e4m3 quant none", R"({"dtype": "e4m3", "head_dim": 128, "quant": "none"})", ErrorCode::kInvalidSpec,
+     {"\"quant\"", "\"none\"", "\"per_head\" or \"per_block\""}},
+    {"e4m3 quant unknown", R"({"dtype": "e4m3", "head_dim": 128, "quant": "per_tensor"})", ErrorCode::kInvalidSpec,
+     {"\"quant\"", "\"per_tensor\"", "\"per_head\" or \"per_block\""}},
+    {"bf16 two-level", R"({"dtype": "bf16", "head_dim": 128, "fp32_two_level_accum": true})",
+     ErrorCode::kInvalidSpec, {"\"fp32_two_level_accum\"", "e4m3 only"}},
+    {"e4m3 block_n 80", R"({"dtype": "e4m3", "head_dim": 256, "tile": {"block_n": 80}})", ErrorCode::kInvalidSpec,
+     {"\"tile.block_n\"", "80", "multiple of 32"}},
+    {"e4m3 cluster", R"({"dtype": "e4m3", "head_dim": 128, "cluster_m": 2})", ErrorCode::kInvalidSpec,
+     {"\"cluster_m\"", "2", "expected 1"}},
+    {"e4m3 two-level d128 n224 overlap", R"({"dtype": "e4m3", "head_dim": 128, "fp32_two_level_accum": true})",
+     ErrorCode::kInvalidSpec, {"registers", "tile.block_n"}},
     {"head_dim 80 (B5)", R"({"dtype": "bf16", "head_dim": 80})", ErrorCode::kInvalidSpec,
      {"\"head_dim\"", "80", "64, 128, 256"}},
     {"head_dim negative", R"({"dtype": "bf16", "head_dim": -128})", ErrorCode::kInvalidSpec,
@@ -329,8 +347,8 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
                      .spec;
   const std::string key = af::canonical_string(a);
   CHECK(key ==
-        R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
+        R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"bf16","pingpong":true,"quant":"none","stages":2,"tile":{"block_m":128,"block_n":176}})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
   CHECK(af::canonical_string(d) == key);
@@ -338,11 +356,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
 
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
-        R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","pingpong":true,"stages":2,"tile":{"block_m":128,"block_n":176}})");
+        R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"fp16","pingpong":true,"quant":"none","stages":2,"tile":{"block_m":128,"block_n":176}})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
-        R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","pingpong":true,"stages":2,"tile":{"block_m":192,"block_n":128}})");
+        R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"bf16","pingpong":true,"quant":"none","stages":2,"tile":{"block_m":192,"block_n":128}})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}})")) ==
@@ -408,12 +426,14 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
 TEST_CASE("the capability table is the one statement of dtypes and head dims", "[spec]") {
   const af::Capabilities& caps = af::capabilities();
   CHECK(caps.head_dims == std::vector<int>{64, 128, 256});
-  CHECK(caps.dtypes == std::vector<DType>{DType::kFp16, DType::kBf16});
-  CHECK(af::allowed_head_dims() == "one of 64, 128, 256");
-  CHECK(af::allowed_dtypes() == "one of \"fp16\", \"bf16\"");
+  CHECK(caps.fp8_head_dims == std::vector<int>{128, 256});
+  CHECK(caps.dtypes == std::vector<DType>{DType::kFp16, DType::kBf16, DType::kE4m3});
+  CHECK(af::allowed_head_dims(DType::kBf16) == "one of 64, 128, 256");
+  CHECK(af::allowed_head_dims(DType::kE4m3) == "one of 128, 256");
+  CHECK(af::allowed_dtypes() == "one of \"fp16\", \"bf16\", \"e4m3\"");
   // Every listed head dim and dtype has a tile, and parse, default_spec and the validator agree on it.
-  for (int d : caps.head_dims) {
-    for (DType t : caps.dtypes) {
+  for (DType t : caps.dtypes) {
+    for (int d : t == DType::kE4m3 ? caps.fp8_head_dims : caps.head_dims) {
       for (bool causal : {false, true}) {
         INFO("d" << d << " " << fa3jit::dtype_name(t) << " causal " << causal);
         const Spec from_table = af::default_spec(t, d, d, causal);
@@ -422,9 +442,11 @@ TEST_CASE("the capability table is the one statement of dtypes and head dims", "
       }
     }
   }
-  CHECK_FALSE(af::supports_head_dims(96, 96));
-  CHECK_FALSE(af::supports_head_dims(128, 64));
-  CHECK_FALSE(af::supports_dtype(DType::kE4m3));
+  CHECK_FALSE(af::supports_head_dims(DType::kBf16, 96, 96));
+  CHECK_FALSE(af::supports_head_dims(DType::kBf16, 128, 64));
+  CHECK_FALSE(af::supports_head_dims(DType::kE4m3, 64, 64));
+  CHECK(af::supports_head_dims(DType::kE4m3, 256, 256));
+  CHECK(af::supports_dtype(DType::kE4m3));
   try {
     af::default_spec(DType::kBf16, 96, 96, false);
     FAIL_CHECK("default_spec accepted head_dim 96");
@@ -432,12 +454,10 @@ TEST_CASE("the capability table is the one statement of dtypes and head dims", "
     CHECK(e.code() == ErrorCode::kInvalidSpec);
     CHECK_THAT(std::string(e.what()), Contains("\"head_dim\": 96") && Contains("one of 64, 128, 256"));
   }
-  try {
-    af::default_spec(DType::kE4m3, 128, 128, false);
-    FAIL_CHECK("default_spec accepted e4m3");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::kUnsupported);
-  }
+  const Spec fp8 = af::default_spec(DType::kE4m3, 128, 128, false);
+  CHECK(fp8.out_dtype == DType::kBf16);
+  CHECK(fp8.quant == af::Quant::kPerHead);
+  CHECK(af::default_spec(DType::kBf16, 128, 128, false).quant == af::Quant::kNone);
 }
 
 TEST_CASE("spec files: every config parses, names match contents, default.json is Llama-3.1-8B prefill",

@@ -1,0 +1,67 @@
+// e4m3 V transpose, run by the producer warpgroup on every V stage (FA3 paper §3.3; FA3 hopper/ transposes V
+// the same way, with ldmatrix.trans, byte permutes and stmatrix).
+//
+// Why: O += P.V takes V as its B operand with K = keys. e4m3 wgmma has no transpose, so B must be K-major: rows
+// of head_dim_v, each holding keys contiguously (PTX ISA 9.7.15.5.1; docs/hopper-ptx.md §6). TMA writes V as it
+// is in memory, one row per key, into a V load stage (128-byte swizzled column blocks of 128 channels); this
+// file rewrites it into the V stage the consumers read: head_dim_v rows x block_n keys, in column blocks of 128
+// keys, 128-byte swizzled (hopper/swizzle.cuh).
+//
+// Key order inside every 16 keys: P's A fragment is packed straight from the S accumulator (mainloop.cuh:
+// convert_p), which puts the probability of key 2q, 2q+1, 2q+8, 2q+9 (q = lane % 4) at k positions 4q..4q+3.
+// So the V stage stores key p of each group of 16 at position 4*((p&7)>>1) + (p&1) + 2*((p>>3)&1): the keys are
+// summed over, so relabelling them together in P and V changes nothing and saves the register shuffles of P.
+//
+// One unit of work is 16 keys x 32 channels. ldmatrix.x4.trans reads its four 8x8 matrices of byte pairs
+// (keys 0-7 / 8-15 x channels 0-15 / 16-31); lane t = 4c + q then holds, for channel pair (2c, 2c+1), the
+// bytes of keys 2q, 2q+1 (from the first matrix) and 2q+8, 2q+9 (from the second). Two byte permutes give the
+// four relabelled keys of channel 2c and of channel 2c+1, and stmatrix.x4 writes them as rows of the V stage.
+// Lanes 0-15 and 16-31 swap the channel of their first and second matrix so the 8 rows of each stored matrix
+// fall on 8 different 16-byte bank groups under the swizzle (no bank conflicts); ldmatrix reads 8 consecutive
+// key rows, conflict-free as well.
+#pragma once
+
+#include "hopper/smem_matrix.cuh"
+#include "hopper/swizzle.cuh"
+
+namespace fa3jit::attention_fwd {
+
+template <class Cfg>
+struct TransposeV {
+  static constexpr int kUnits = (Cfg::kBlockN / 16) * (Cfg::kHeadDimV / 32);
+  static constexpr int kWarps = 4;  // the producer warpgroup
+
+  /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage.
+  static __device__ __forceinline__ void run(uint32_t src, uint32_t dst, int warp, int lane) {
+    static_assert(Cfg::kBlockN % 32 == 0 && Cfg::kHeadDimV % 128 == 0, "e4m3 tiles: block_n % 32, head_dim_v % 128");
+    const int mat = lane / 8, r = lane % 8;  // this lane's row address: row r of matrix mat
+    const int c = lane / 4;                  // channel pair of this lane's registers (ldmatrix.trans)
+    // ldmatrix: matrix mat covers keys 8*(mat & 1) + 0..7, channels 16*(mat >> 1) + 0..15 of the unit.
+    const int ld_key = 8 * (mat & 1) + r;
+    const int ld_chan = 16 * (mat >> 1);
+    // stmatrix: matrix mat, row r is channel 16*(mat >> 1) + 2r + ((mat & 1) ^ (r >= 4)) of the unit.
+    const int st_chan = 16 * (mat >> 1) + 2 * r + ((mat & 1) ^ (r >= 4 ? 1 : 0));
+    const bool swap = c >= 4;
+#pragma unroll 1
+    for (int unit = warp; unit < kUnits; unit += kWarps) {
+      const int key0 = (unit % (Cfg::kBlockN / 16)) * 16;  // first key of the unit
+      const int chan0 = (unit / (Cfg::kBlockN / 16)) * 32;  // first channel of the unit
+      // Source: row key, byte chan of the column block chan / 128 (block_n rows of 128 bytes each).
+      const int key = key0 + ld_key;
+      const int chan = chan0 + ld_chan;
+      const uint32_t ld_addr = src + (chan / 128) * (Cfg::kBlockN * kSwizzleRowBytes) + swizzle_128b(key, chan % 128);
+      uint32_t r0, r1, r2, r3;
+      ldmatrix_x4_trans(ld_addr, r0, r1, r2, r3);
+      const uint32_t even_lo = byte_perm(r0, r1, 0x6420), odd_lo = byte_perm(r0, r1, 0x7531);
+      const uint32_t even_hi = byte_perm(r2, r3, 0x6420), odd_hi = byte_perm(r2, r3, 0x7531);
+      // Destination: row channel, bytes key0..key0+15 of the column block key0 / 128 (head_dim_v rows each).
+      const int row = chan0 + st_chan;
+      const uint32_t st_addr =
+          dst + (key0 / 128) * (Cfg::kHeadDimV * kSwizzleRowBytes) + swizzle_128b(row, key0 % 128);
+      stmatrix_x4(st_addr, swap ? odd_lo : even_lo, swap ? even_lo : odd_lo, swap ? odd_hi : even_hi,
+                  swap ? even_hi : odd_hi);
+    }
+  }
+};
+
+}  // namespace fa3jit::attention_fwd

@@ -1,0 +1,93 @@
+// The e4m3 kernels run the FP8 tensor-core instruction for both GEMMs, checked in the SASS of the cubin NVRTC
+// builds (a release of another library once shipped an FP8 path that silently ran 16-bit instructions). The
+// disassembler is cuobjdump: $FA3JIT_CUOBJDUMP, else the one on PATH, else the CUDA toolkit's
+// (tools/bootstrap.sh installs it when the toolkit lacks it). Needs no GPU.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "jit/compiler.h"
+#include "kernels/attention_fwd/emit.h"
+#include "kernels/attention_fwd/spec.h"
+#include "kernels/attention_fwd/tile_table.h"
+
+using namespace fa3jit;
+namespace af = fa3jit::attention_fwd;
+
+namespace {
+
+std::string find_cuobjdump() {
+  if (const char* env = std::getenv("FA3JIT_CUOBJDUMP"); env != nullptr && *env) return env;
+  if (std::system("command -v cuobjdump >/dev/null 2>&1") == 0) return "cuobjdump";
+  for (const char* dir : {"/usr/local/cuda/bin", "/usr/local/cuda-13.0/bin"}) {
+    const std::string path = std::string(dir) + "/cuobjdump";
+    if (std::filesystem::exists(path)) return path;
+  }
+  return "";
+}
+
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  CHECK(::pclose(pipe) == 0);
+  return out;
+}
+
+// Counts of each tensor-core instruction form in the disassembly, e.g. "QGMMA.64x224x32.F32.E4M3.E4M3".
+std::map<std::string, int> mma_forms(const std::string& sass) {
+  std::map<std::string, int> forms;
+  const std::regex re(R"((QGMMA|HGMMA)\.[0-9A-Zx.]+)");
+  for (auto it = std::sregex_iterator(sass.begin(), sass.end(), re); it != std::sregex_iterator(); ++it)
+    ++forms[it->str()];
+  return forms;
+}
+
+std::string disassemble(const std::string& cubin, const std::string& tool) {
+  const auto path = std::filesystem::temp_directory_path() / fmt::format("fa3jit_sass_{}.cubin", ::getpid());
+  std::ofstream(path, std::ios::binary) << cubin;
+  const std::string sass = run_capture(fmt::format("\"{}\" -sass \"{}\" 2>&1", tool, path.string()));
+  std::filesystem::remove(path);
+  return sass;
+}
+
+}  // namespace
+
+TEST_CASE("e4m3 kernels run QGMMA E4M3 for both GEMMs, 16-bit kernels HGMMA", "[compile][fp8][sass]") {
+  const std::string tool = find_cuobjdump();
+  INFO("cuobjdump not found: set FA3JIT_CUOBJDUMP or run tools/bootstrap.sh test, which installs it");
+  REQUIRE_FALSE(tool.empty());
+  for (const char* json : {R"({"dtype":"e4m3","head_dim":128})", R"({"dtype":"e4m3","head_dim":256,"causal":true})",
+                           R"({"dtype":"e4m3","head_dim":128,"quant":"per_block","out_dtype":"fp16"})",
+                           R"({"dtype":"bf16","head_dim":128})"}) {
+    INFO(json);
+    const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(std::string(json)));
+    const CompiledKernel k = compile_kernel(af::emit_kernel(cfg));
+    const std::map<std::string, int> forms = mma_forms(disassemble(k.cubin, tool));
+    std::string listed;
+    for (const auto& [form, count] : forms) listed += fmt::format("{} x{}; ", form, count);
+    INFO("tensor-core instructions: " << listed);
+    const bool fp8 = cfg.spec.dtype == DType::kE4m3;
+    const std::string suffix = fp8 ? "x32.F32.E4M3.E4M3" : "x16.F32.BF16";
+    const std::string qk = fmt::format("{}GMMA.64x{}{}", fp8 ? "Q" : "H", cfg.spec.block_n, suffix);
+    const std::string pv = fmt::format("{}GMMA.64x{}{}", fp8 ? "Q" : "H", cfg.spec.head_dim_v, suffix);
+    CHECK(forms.count(qk) == 1);
+    CHECK(forms.count(pv) == 1);
+    // No tensor-core instruction of another kind: an e4m3 kernel has no HGMMA at all.
+    for (const auto& [form, count] : forms) CHECK(form.rfind(fp8 ? "QGMMA" : "HGMMA", 0) == 0);
+  }
+}
