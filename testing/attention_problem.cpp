@@ -2,40 +2,139 @@
 #include "testing/attention_problem.h"
 
 #include <algorithm>
+#include <cmath>
+#include <random>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "jit/driver.h"
+#include "testing/half.h"
 
 namespace fa3jit::testing {
 
 ProblemShape shape_of(const AttentionCase& c) {
   const Problem& p = require_problem(c);
-  return ProblemShape{c.spec.dtype, p.batch,           p.seqlen_q,    p.seqlen_k, p.num_heads,
-                      p.num_heads_kv, c.spec.head_dim, c.spec.causal, c.spec.head_dim_v};
+  ProblemShape s{c.spec.dtype, p.batch,           p.seqlen_q,    p.seqlen_k, p.num_heads,
+                 p.num_heads_kv, c.spec.head_dim, c.spec.causal, c.spec.head_dim_v};
+  s.out_dtype = c.spec.out_dtype;
+  s.quant = c.spec.quant;
+  s.quant_block_m = c.spec.block_m;  // the spec's own tile: its kernel reads the per-block scales
+  s.quant_block_n = c.spec.block_n;
+  return s;
 }
 
 AttentionProblem::AttentionProblem(const ProblemShape& s, uint64_t seed) : shape(s) {
   if (shape.head_dim_v == 0) shape.head_dim_v = shape.head_dim;
+  const bool fp8 = shape.dtype == DType::kE4m3;
+  if (!fp8) {
+    shape.out_dtype = shape.dtype;
+    shape.quant = attention_fwd::Quant::kNone;
+  } else if (shape.quant_block_m == 0 || shape.quant_block_n == 0) {
+    const attention_fwd::Spec spec =
+        attention_fwd::default_spec(shape.dtype, shape.out_dtype, shape.quant, static_cast<int>(shape.head_dim),
+                                    static_cast<int>(shape.head_dim_v), shape.causal);
+    shape.quant_block_m = spec.block_m;
+    shape.quant_block_n = spec.block_n;
+  }
   const ProblemShape& p = shape;
+  const DType host_dtype = fp8 ? DType::kBf16 : p.dtype;  // e4m3: the dequantised values, exact in bf16
   softmax_scale = default_softmax_scale(p.head_dim);
-  q = HostTensor::contiguous(p.dtype, p.batch, p.seqlen_q, p.num_heads, p.head_dim);
-  k = HostTensor::contiguous(p.dtype, p.batch, p.seqlen_k, p.num_heads_kv, p.head_dim);
-  v = HostTensor::contiguous(p.dtype, p.batch, p.seqlen_k, p.num_heads_kv, p.head_dim_v);
-  out = HostTensor::contiguous(p.dtype, p.batch, p.seqlen_q, p.num_heads, p.head_dim_v);
+  q = HostTensor::contiguous(host_dtype, p.batch, p.seqlen_q, p.num_heads, p.head_dim);
+  k = HostTensor::contiguous(host_dtype, p.batch, p.seqlen_k, p.num_heads_kv, p.head_dim);
+  v = HostTensor::contiguous(host_dtype, p.batch, p.seqlen_k, p.num_heads_kv, p.head_dim_v);
+  out = HostTensor::contiguous(p.out_dtype, p.batch, p.seqlen_q, p.num_heads, p.head_dim_v);
   lse.resize(static_cast<size_t>(p.batch * p.num_heads * p.seqlen_q));
-  fill_fa3_distribution(q.data, p.dtype, q.data.size(), seed);
-  fill_fa3_distribution(k.data, p.dtype, k.data.size(), seed + 1);
-  fill_fa3_distribution(v.data, p.dtype, v.data.size(), seed + 2);
+  fill_fa3_distribution(q.data, host_dtype, q.data.size(), seed);
+  fill_fa3_distribution(k.data, host_dtype, k.data.size(), seed + 1);
+  fill_fa3_distribution(v.data, host_dtype, v.data.size(), seed + 2);
+  d_out = DeviceBuffer(out.size_bytes());
+  d_lse = DeviceBuffer(lse.size() * sizeof(float));
+  if (fp8) {
+    quantize_e4m3(seed + 3);
+    return;
+  }
   d_q = DeviceBuffer(q.size_bytes());
   d_k = DeviceBuffer(k.size_bytes());
   d_v = DeviceBuffer(v.size_bytes());
-  d_out = DeviceBuffer(out.size_bytes());
-  d_lse = DeviceBuffer(lse.size() * sizeof(float));
   d_q.upload(q.data.data(), q.size_bytes());
   d_k.upload(k.data.data(), k.size_bytes());
   d_v.upload(v.data.data(), v.size_bytes());
+}
+
+namespace {
+
+// Quantises the elements of one tensor group by group: group_of(b, s, h, d) names the element's scale group;
+// each group is scaled by a random power of two in [1/4, 4], then gets the power-of-two descale that brings its
+// amax to at most 448. bytes receives the e4m3 values; t's data the dequantised values (exact in bf16).
+template <class GroupOf>
+void quantize_tensor(HostTensor& t, std::vector<uint8_t>& bytes, std::vector<float>& descale, size_t groups,
+                     GroupOf group_of, std::mt19937_64& rng) {
+  std::vector<float> factor(groups), amax(groups, 0.0f);
+  for (float& f : factor) f = std::ldexp(1.0f, static_cast<int>(rng() % 5) - 2);
+  auto each = [&](auto fn) {
+    for (int64_t b = 0; b < t.batch; ++b)
+      for (int64_t s = 0; s < t.seqlen; ++s)
+        for (int64_t h = 0; h < t.heads; ++h)
+          for (int64_t d = 0; d < t.dim; ++d) fn(t.offset(b, s, h, d), group_of(b, s, h, d));
+  };
+  each([&](int64_t i, size_t g) { amax[g] = std::max(amax[g], std::fabs(bf16_to_float(t.data[i]) * factor[g])); });
+  descale.assign(groups, 1.0f);
+  for (size_t g = 0; g < groups; ++g)
+    if (amax[g] > 0.0f) descale[g] = std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(amax[g] / 448.0f))));
+  bytes.assign(t.data.size(), 0);
+  each([&](int64_t i, size_t g) {
+    const uint8_t e = float_to_e4m3(bf16_to_float(t.data[i]) * factor[g] / descale[g]);
+    bytes[i] = e;
+    t.data[i] = float_to_bf16(e4m3_to_float(e) * descale[g]);
+  });
+}
+
+}  // namespace
+
+void AttentionProblem::quantize_e4m3(uint64_t seed) {
+  const ProblemShape& p = shape;
+  std::mt19937_64 rng(seed);
+  const int64_t group = p.num_heads / p.num_heads_kv;
+  std::vector<uint8_t> q8, k8, v8;
+  const auto B = static_cast<size_t>(p.batch);
+  if (p.quant == attention_fwd::Quant::kPerBlock) {
+    const int64_t m_blocks = (p.seqlen_q + p.quant_block_m - 1) / p.quant_block_m;
+    const int64_t n_blocks = (p.seqlen_k + p.quant_block_n - 1) / p.quant_block_n;
+    quantize_tensor(q, q8, q_descale, B * p.num_heads * m_blocks,
+                    [&](int64_t b, int64_t s, int64_t h, int64_t) {
+                      return static_cast<size_t>((b * p.num_heads + h) * m_blocks + s / p.quant_block_m);
+                    }, rng);
+    quantize_tensor(k, k8, k_descale, B * p.num_heads_kv * n_blocks,
+                    [&](int64_t b, int64_t s, int64_t h, int64_t) {
+                      return static_cast<size_t>((b * p.num_heads_kv + h) * n_blocks + s / p.quant_block_n);
+                    }, rng);
+    quantize_tensor(v, v8, v_descale, B * p.num_heads_kv * p.head_dim_v,
+                    [&](int64_t b, int64_t, int64_t h, int64_t d) {
+                      return static_cast<size_t>((b * p.num_heads_kv + h) * p.head_dim_v + d);
+                    }, rng);
+  } else {
+    auto per_head = [&](int64_t heads_per_scale) {
+      return [&, heads_per_scale](int64_t b, int64_t, int64_t h, int64_t) {
+        return static_cast<size_t>(b * p.num_heads_kv + h / heads_per_scale);
+      };
+    };
+    quantize_tensor(q, q8, q_descale, B * p.num_heads_kv, per_head(group), rng);
+    quantize_tensor(k, k8, k_descale, B * p.num_heads_kv, per_head(1), rng);
+    quantize_tensor(v, v8, v_descale, B * p.num_heads_kv, per_head(1), rng);
+  }
+  d_q = DeviceBuffer(q8.size());
+  d_k = DeviceBuffer(k8.size());
+  d_v = DeviceBuffer(v8.size());
+  d_q.upload(q8.data(), q8.size());
+  d_k.upload(k8.data(), k8.size());
+  d_v.upload(v8.data(), v8.size());
+  for (auto [host, dev] : {std::pair{&q_descale, &d_q_descale}, std::pair{&k_descale, &d_k_descale},
+                           std::pair{&v_descale, &d_v_descale}}) {
+    *dev = DeviceBuffer(host->size() * sizeof(float));
+    dev->upload(host->data(), host->size() * sizeof(float));
+  }
 }
 
 attention_fwd::ForwardArgs AttentionProblem::args() const {
@@ -58,6 +157,20 @@ attention_fwd::ForwardArgs AttentionProblem::args() const {
   a.lse = static_cast<float*>(d_lse.get());
   a.softmax_scale = softmax_scale;
   a.causal = shape.causal;
+  if (shape.dtype == DType::kE4m3) {
+    a.out_dtype = shape.out_dtype;
+    a.quant = shape.quant;
+    const bool per_block = shape.quant == attention_fwd::Quant::kPerBlock;
+    const int64_t m_blocks = (shape.seqlen_q + shape.quant_block_m - 1) / std::max<int64_t>(1, shape.quant_block_m);
+    const int64_t n_blocks = (shape.seqlen_k + shape.quant_block_n - 1) / std::max<int64_t>(1, shape.quant_block_n);
+    auto scale = [](const DeviceBuffer& b, int64_t heads, int64_t inner) {
+      return attention_fwd::ScaleView{static_cast<const float*>(b.get()), heads * inner, inner};
+    };
+    a.q_descale = per_block ? scale(d_q_descale, shape.num_heads, m_blocks) : scale(d_q_descale, shape.num_heads_kv, 1);
+    a.k_descale = per_block ? scale(d_k_descale, shape.num_heads_kv, n_blocks) : scale(d_k_descale, shape.num_heads_kv, 1);
+    a.v_descale = per_block ? scale(d_v_descale, shape.num_heads_kv, shape.head_dim_v)
+                            : scale(d_v_descale, shape.num_heads_kv, 1);
+  }
   return a;
 }
 
@@ -86,8 +199,9 @@ CheckResult AttentionProblem::check(std::vector<RowIndex> rows) const {
   ReferenceOptions options;
   options.softmax_scale = softmax_scale;
   options.causal = shape.causal;
+  options.baseline_p_e4m3 = shape.dtype == DType::kE4m3;
   const std::vector<ReferenceRow> reference = reference_rows(q, k, v, options, rows);
-  return check_rows(shape.dtype, reference, gather_kernel_rows(out, lse, rows));
+  return check_rows(shape.out_dtype, reference, gather_kernel_rows(out, lse, rows));
 }
 
 CheckResult AttentionProblem::check_sampled(int64_t block_m, int64_t random_rows, uint64_t seed) const {

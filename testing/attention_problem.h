@@ -20,6 +20,11 @@ struct ProblemShape {
   int64_t batch = 1, seqlen_q = 1, seqlen_k = 1, num_heads = 1, num_heads_kv = 1, head_dim = 128;
   bool causal = false;
   int64_t head_dim_v = 0;  // 0 = head_dim
+  // e4m3 only: output dtype, scale granularity and, for per_block, the kernel's block_m / block_n (0: the
+  // tile table's for this shape).
+  DType out_dtype = DType::kBf16;
+  attention_fwd::Quant quant = attention_fwd::Quant::kPerHead;
+  int64_t quant_block_m = 0, quant_block_n = 0;
 };
 
 /// The shape of a spec file's problem.
@@ -36,6 +41,11 @@ class AttentionProblem {
   /// Fills q, k, v with fill_fa3_distribution (seeds seed, seed+1, seed+2), all contiguous in the
   /// (batch, seqlen, heads, dim) layout, and uploads them; out and lse are allocated. Needs the current
   /// context of the target device.
+  /// e4m3: every scale group (per_head: (batch, kv head) of q, k, v; per_block: (batch, head, block_m rows) of
+  /// q, (batch, kv head, block_n rows) of k, (batch, kv head, channel) of v) is multiplied by its own random power
+  /// of two in [1/4, 4], then quantised with a power-of-two descale (the smallest with amax / descale <= 448).
+  /// The device gets the e4m3 bytes and the descales; the host tensors q, k, v hold the dequantised values,
+  /// which are exact in bf16, so the float64 reference sees exactly what the kernel was given.
   AttentionProblem(const ProblemShape& shape, uint64_t seed);
 
   /// Arguments of the forward call; softmax_scale is passed explicitly (1/sqrt(head_dim)) so the kernel and
@@ -63,7 +73,11 @@ class AttentionProblem {
   float softmax_scale;
   HostTensor q, k, v, out;
   std::vector<float> lse;
-  DeviceBuffer d_q, d_k, d_v, d_out, d_lse;
+  std::vector<float> q_descale, k_descale, v_descale;  // e4m3: launch.h ScaleView layouts, contiguous
+  DeviceBuffer d_q, d_k, d_v, d_out, d_lse, d_q_descale, d_k_descale, d_v_descale;
+
+ private:
+  void quantize_e4m3(uint64_t seed);
 };
 
 /// True when a GPU is usable (driver + device); on true also makes device `device`'s primary context

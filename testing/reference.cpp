@@ -267,7 +267,7 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
         dot_f += qf[d] * kd;
       }
       s_ref[j] = dot_d * scale_d;
-      s_base[j] = round_to(dtype, dot_f * scale_f);
+      s_base[j] = options.baseline_p_e4m3 ? dot_f * scale_f : round_to(dtype, dot_f * scale_f);
       max_ref = std::max(max_ref, s_ref[j]);
       max_base = std::max(max_base, s_base[j]);
     }
@@ -279,7 +279,9 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
     for (int64_t j = 0; j < visible; ++j) {
       const double p_ref = std::exp(s_ref[j] - max_ref);
       const float p_base = std::exp(s_base[j] - max_base);
-      const float p_base_rounded = round_to(dtype, p_base);  // P enters P.V in the input dtype
+      // P enters P.V in the input dtype (e4m3: scaled by 2^8 into the e4m3 range first, then scaled back).
+      const float p_base_rounded = options.baseline_p_e4m3 ? round_to(DType::kE4m3, p_base * 256.0f) / 256.0f
+                                                           : round_to(dtype, p_base);
       sum_ref += p_ref;
       sum_base += p_base;
       const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, j, kv_head, 0);

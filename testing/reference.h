@@ -67,6 +67,10 @@ float default_softmax_scale(int64_t head_dim);
 struct ReferenceOptions {
   float softmax_scale = 0.0f;  // 0 = default_softmax_scale(q.dim)
   bool causal = false;         // bottom-right aligned: key j visible to query i iff j <= i + seqlen_k - seqlen_q
+  /// The baseline of an e4m3 kernel (inputs given dequantized, e.g. e4m3 values times power-of-two descales,
+  /// exact in bf16): S stays fp32 (the fp8 GEMM accumulates in fp32) and P is rounded to e4m3 as the kernel
+  /// does, after FA3's max offset (P * 256, softmax.cuh), instead of to the input dtype.
+  bool baseline_p_e4m3 = false;
   int threads = 0;             // worker threads; 0 = std::thread::hardware_concurrency() (at most 32)
 };
 

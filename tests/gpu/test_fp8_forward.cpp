@@ -1,0 +1,96 @@
+// GPU correctness of the e4m3 forward kernel (run on an H200; skipped with a message elsewhere).
+// Matrix: head_dim {128, 256} x causal x {MHA 6/6, GQA 4:1 8/2, MQA 4/1} x the `dense` (seqlen_q, seqlen_k) pairs
+// of tests/data/seqlens.json x quant {per_head, per_block}, with random power-of-two descales per scale group
+// (testing/attention_problem.h), against the float64 reference on the dequantised inputs with FA3's fp8 rule:
+// error <= 2x that of a baseline that rounds P to e4m3 (and keeps fp32 scores), + 2x the output's rounding noise.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "gpu_test.h"
+
+using namespace fa3jit;
+using namespace fa3jit::test;
+using namespace fa3jit::attention_fwd;
+
+namespace {
+
+std::vector<std::pair<int64_t, int64_t>> dense_pairs() {
+  std::ifstream in(FA3JIT_SOURCE_DIR "/tests/data/seqlens.json");
+  REQUIRE(in.good());
+  const auto doc = nlohmann::json::parse(in);
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (const auto& p : doc.at("dense")) pairs.emplace_back(p.at(0).get<int64_t>(), p.at(1).get<int64_t>());
+  REQUIRE(pairs.size() >= 20);
+  return pairs;
+}
+
+std::vector<RowIndex> rows_to_check(const ProblemShape& s, int block_m) {
+  const int64_t rows = s.batch * s.num_heads * s.seqlen_q;
+  if (rows * s.seqlen_k <= int64_t{1} << 23) return all_rows(s.batch, s.num_heads, s.seqlen_q);
+  return sample_rows(s.batch, s.num_heads, s.seqlen_q, block_m, 256, 7);
+}
+
+}  // namespace
+
+TEST_CASE("e4m3 forward matches the float64 reference over the FA3 test matrix", "[gpu][fp8]") {
+  if (!have_gpu()) return;
+  const auto pairs = dense_pairs();
+  int failures = 0, total = 0;
+  std::printf("%-9s %4s %-6s %-5s %6s %6s  %-10s %-10s %-10s %s\n", "quant", "d", "causal", "heads", "sq", "sk",
+              "max_err", "tol", "lse_err", "result");
+  for (Quant quant : {Quant::kPerHead, Quant::kPerBlock})
+    for (int64_t d : {128, 256})
+      for (bool causal : {false, true})
+        for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{6, 6}, {8, 2}, {4, 1}})
+          for (auto [sq, sk] : pairs) {
+            ProblemShape s{DType::kE4m3, 2, sq, sk, hq, hkv, d, causal};
+            s.quant = quant;
+            AttentionProblem p(s, 5000 + total);
+            p.run(runtime());
+            const CheckResult r = p.check(rows_to_check(s, static_cast<int>(p.shape.quant_block_m)));
+            ++total;
+            if (!r.passed) ++failures;
+            std::printf("%-9s %4ld %-6s %ld/%-3ld %6ld %6ld  %-10.3e %-10.3e %-10.3e %s %s\n", quant_name(quant), d,
+                        causal ? "yes" : "no", hq, hkv, sq, sk, r.max_abs_err, r.tolerance, r.lse_max_err,
+                        r.passed ? "PASS" : "FAIL", r.failure.c_str());
+            CHECK(r.passed);
+          }
+  std::printf("e4m3 forward matrix: %d of %d cases passed\n", total - failures, total);
+}
+
+TEST_CASE("e4m3 forward: fp16 output, two-level accumulation, explicit tiles", "[gpu][fp8]") {
+  if (!have_gpu()) return;
+  struct Case {
+    const char* spec;
+    int64_t sq, sk;
+  };
+  for (const Case& c : {Case{R"({"dtype":"e4m3","head_dim":128,"out_dtype":"fp16"})", 239, 1023},
+                        Case{R"({"dtype":"e4m3","head_dim":128,"causal":true,"quant":"per_block"})", 799, 4224},
+                        Case{R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128}})",
+                             113, 4224},
+                        Case{R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},
+                                "quant":"per_block","causal":true})",
+                             1023, 1023},
+                        Case{R"({"dtype":"e4m3","head_dim":256,"fp32_two_level_accum":true,"tile":{"block_n":64},
+                                "intra_wg_overlap":false,"pingpong":false})",
+                             1, 799},
+                        Case{R"({"dtype":"e4m3","head_dim":256,"tile":{"block_n":64},"stages":3})", 4224, 239}}) {
+    INFO(c.spec);
+    const Spec spec = parse_spec(std::string(c.spec));
+    const std::shared_ptr<const Kernel> kernel = load_kernel(runtime(), spec);
+    ProblemShape s{DType::kE4m3, 2, c.sq, c.sk, 8, 2, spec.head_dim, spec.causal};
+    s.out_dtype = spec.out_dtype;
+    s.quant = spec.quant;
+    s.quant_block_m = spec.block_m;
+    s.quant_block_n = spec.block_n;
+    AttentionProblem p(s, 77);
+    p.run(runtime(), kernel.get());
+    const CheckResult r = p.check(rows_to_check(s, spec.block_m));
+    std::printf("%-60s %s\n", spec_summary(spec).c_str(), format_check(r).c_str());
+    CHECK(r.passed);
+  }
+}
