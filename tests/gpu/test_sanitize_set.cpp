@@ -1,6 +1,7 @@
 // The representative set the device script runs under compute-sanitizer (memcheck, racecheck, synccheck):
 // every attention mainloop variant once on odd sizes (2 consumer warpgroups causal, 3-warpgroup pingpong,
-// head_dim 256, a 2-CTA cluster, the sequential mainloop on a decode step), each checked against the float64
+// head_dim 256, a 2-CTA cluster, the sequential mainloop on a decode step; e4m3 with the producer's V
+// transpose, per-head and per-block descales and two-level accumulation), each checked against the float64
 // reference. The combine kernel's GPU tests run under the same tools. Also part of the normal GPU tests.
 #include <catch2/catch.hpp>
 
@@ -21,11 +22,20 @@ TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", 
       {R"({"dtype":"bf16","head_dim":256,"causal":true})", 239, 300},
       {R"({"dtype":"bf16","head_dim":128,"cluster_m":2})", 300, 1023},
       {R"({"dtype":"fp16","head_dim":128,"causal":true,"intra_wg_overlap":false,"pingpong":false})", 1, 799},
+      {R"({"dtype":"e4m3","head_dim":128,"causal":true})", 239, 1023},
+      {R"({"dtype":"e4m3","head_dim":256,"quant":"per_block"})", 113, 799},
+      {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"quant":"per_block"})",
+       300, 1023},
   };
   for (const Case& c : cases) {
     INFO(c.spec);
     const attention_fwd::Spec spec = attention_fwd::parse_spec(std::string(c.spec));
-    AttentionProblem p({spec.dtype, 2, c.seqlen_q, c.seqlen_k, 4, 2, spec.head_dim, spec.causal}, 21);
+    ProblemShape shape{spec.dtype, 2, c.seqlen_q, c.seqlen_k, 4, 2, spec.head_dim, spec.causal};
+    shape.out_dtype = spec.out_dtype;
+    shape.quant = spec.quant;
+    shape.quant_block_m = spec.block_m;
+    shape.quant_block_n = spec.block_n;
+    AttentionProblem p(shape, 21);
     p.run(runtime(), attention_fwd::load_kernel(runtime(), spec).get());
     const CheckResult r = p.check();
     INFO(format_check(r));
