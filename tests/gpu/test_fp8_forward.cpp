@@ -62,7 +62,7 @@ TEST_CASE("e4m3 forward matches the float64 reference over the FA3 test matrix",
   std::printf("e4m3 forward matrix: %d of %d cases passed\n", total - failures, total);
 }
 
-TEST_CASE("e4m3 forward: fp16 output, two-level accumulation, explicit tiles", "[gpu][fp8]") {
+TEST_CASE("e4m3 forward with fp16 output and two-level accumulation and explicit tiles", "[gpu][fp8]") {
   if (!have_gpu()) return;
   struct Case {
     const char* spec;
