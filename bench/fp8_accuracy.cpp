@@ -245,8 +245,9 @@ double run_rmse(Runtime& rt, const af::Spec& spec, const AccuracyProblem& p, con
   return std::sqrt(se / static_cast<double>(rows.s.size() * p.d));
 }
 
-af::Spec fp8_spec(bool two_level) {
+af::Spec fp8_spec(bool two_level, Scale scale) {
   std::string json = R"({"dtype":"e4m3","head_dim":128)";
+  if (scale == Scale::kBlock) json += R"(,"quant":"per_block")";
   if (two_level) json += R"(,"fp32_two_level_accum":true,"tile":{"block_n":128})";
   return af::parse_spec(json + "}");
 }
@@ -293,7 +294,7 @@ int main(int argc, char** argv) {
     for (Scale s : {Scale::kTensor, Scale::kHead, Scale::kBlock})
       for (bool had : {false, true})
         for (bool two : {false, true}) {
-          const double r = run_rmse(rt, fp8_spec(two), t3, rows, ref, s, had);
+          const double r = run_rmse(rt, fp8_spec(two, s), t3, rows, ref, s, had);
           std::printf("%-10s %-10s %-9s %-10s %.3e\n", "e4m3", scale_name(s), had ? "yes" : "no", two ? "yes" : "no",
                       r);
           report["table3"].push_back(
@@ -333,8 +334,8 @@ int main(int argc, char** argv) {
       const Rows lr = sample(lc, 128, 9);
       const std::vector<double> lref = reference(lc, lr);
       const double b = run_rmse(rt, bf16, lc, lr, lref, Scale::kHead, false);
-      const double e1 = run_rmse(rt, fp8_spec(false), lc, lr, lref, Scale::kBlock, true);
-      const double e2 = run_rmse(rt, fp8_spec(true), lc, lr, lref, Scale::kBlock, true);
+      const double e1 = run_rmse(rt, fp8_spec(false, Scale::kBlock), lc, lr, lref, Scale::kBlock, true);
+      const double e2 = run_rmse(rt, fp8_spec(true, Scale::kBlock), lc, lr, lref, Scale::kBlock, true);
       std::printf("%-8ld %-10.3e %-22.3e %-22.3e\n", sk, b, e1, e2);
       report["long_context"].push_back({{"seqlen_k", sk}, {"bf16", b}, {"e4m3_block_hadamard", e1},
                                         {"e4m3_block_hadamard_two_level", e2}});
