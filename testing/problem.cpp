@@ -18,7 +18,7 @@ constexpr int64_t kMaxProblemDim = std::numeric_limits<int32_t>::max();  // kern
 Problem read_problem(const nlohmann::json& value) {
   using namespace json_fields;
   require_object(value, "problem");
-  reject_unknown_keys(value, "problem", {"batch", "seqlen_q", "seqlen_k", "num_heads", "num_heads_kv"});
+  reject_unknown_keys(value, "problem", {"batch", "seqlen_q", "seqlen_k", "num_heads", "num_heads_kv", "hadamard"});
   const std::string allowed = fmt::format("an integer in [1, {}]", kMaxProblemDim);
   const auto field = [&](const char* key, std::optional<int64_t> fallback) -> int64_t {
     const std::string path = std::string("problem.") + key;
@@ -34,6 +34,7 @@ Problem read_problem(const nlohmann::json& value) {
   p.seqlen_k = field("seqlen_k", std::nullopt);
   p.num_heads = field("num_heads", std::nullopt);
   p.num_heads_kv = field("num_heads_kv", p.num_heads);
+  p.hadamard = value.contains("hadamard") && read_bool(value.at("hadamard"), "problem.hadamard");
   if (p.num_heads % p.num_heads_kv != 0)
     fail(fmt::format("spec fields \"problem.num_heads\" ({}) and \"problem.num_heads_kv\" ({}) disagree; num_heads "
                      "must be a multiple of num_heads_kv (grouped-query attention)",

@@ -20,11 +20,13 @@ struct Problem {
   int64_t seqlen_k = 1;
   int64_t num_heads = 1;
   int64_t num_heads_kv = 1;
+  bool hadamard = false;  // e4m3 specs: `run` also measures the inputs rotated by the Hadamard pre-pass transform
   bool operator==(const Problem&) const = default;
 };
 
 /// Reads a "problem" object: batch (default 1), seqlen_q, seqlen_k, num_heads (required), num_heads_kv
-/// (default num_heads), each in [1, 2^31 - 1], num_heads a multiple of num_heads_kv. Error(kInvalidSpec)
+/// (default num_heads), each in [1, 2^31 - 1], num_heads a multiple of num_heads_kv; hadamard (bool, default
+/// false; e4m3 specs). Error(kInvalidSpec)
 /// naming "problem.<field>", the value and what is allowed.
 Problem read_problem(const nlohmann::json& value);
 

@@ -5,12 +5,47 @@
 #include "core/error.h"
 #include "kernels/attention_fwd/emit.h"
 #include "testing/attention_problem.h"
+#include "testing/fp8_accuracy.h"
 #include "tools/cli/commands.h"
 
 namespace fa3jit::cli {
 
 using testing::AttentionCase;
 using testing::AttentionProblem;
+
+namespace {
+
+// What quantisation costs on 16-bit data of this shape (FA3's Table 3 distribution): RMSE and max error against
+// the float64 attention of the unquantised inputs, for this spec (with the Hadamard rotation when the problem
+// asks for it) and for per-tensor scales without rotation (testing/fp8_accuracy.h).
+void print_fp8_accuracy(Runtime& runtime, const attention_fwd::Spec& spec, const testing::Problem& p, uint64_t seed) {
+  testing::AccuracyProblem a;
+  a.batch = p.batch;
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.seqlen_k;
+  a.heads = p.num_heads;
+  a.heads_kv = p.num_heads_kv;
+  a.d = spec.head_dim;
+  a.causal = spec.causal;
+  testing::fill_table3(a.q, static_cast<size_t>(a.batch * a.seqlen_q * a.heads * a.d), seed + 10);
+  testing::fill_table3(a.k, static_cast<size_t>(a.batch * a.seqlen_k * a.kv_heads() * a.d), seed + 11);
+  testing::fill_table3(a.v, static_cast<size_t>(a.batch * a.seqlen_k * a.kv_heads() * a.d), seed + 12);
+  const testing::SampledRows rows = testing::sample_rows(a, 128, seed);
+  const std::vector<double> reference = testing::reference_rows(a, rows);
+  const testing::Scale scale =
+      spec.quant == attention_fwd::Quant::kPerBlock ? testing::Scale::kBlock : testing::Scale::kHead;
+  attention_fwd::Spec per_tensor = spec;
+  per_tensor.quant = attention_fwd::Quant::kPerHead;
+  const testing::Rmse mine = testing::measure(runtime, spec, a, rows, reference, scale, p.hadamard);
+  const testing::Rmse base = testing::measure(runtime, per_tensor, a, rows, reference, testing::Scale::kTensor, false);
+  fmt::print("fp8 accuracy    vs float64 on the unquantised inputs (FA3 Table 3 data, {} rows):\n", rows.s.size());
+  fmt::print("  {:<24} rmse {:.3e}  max error {:.3e}\n",
+             fmt::format("{}{}", attention_fwd::quant_name(spec.quant), p.hadamard ? " + hadamard" : ""),
+             mine.vs_reference, mine.max_err);
+  fmt::print("  {:<24} rmse {:.3e}  max error {:.3e}\n", "per_tensor", base.vs_reference, base.max_err);
+}
+
+}  // namespace
 
 int cmd_run(const GlobalOptions& global, const RunOptions& options) {
   const AttentionCase c = testing::load_attention_case(options.spec_path);
@@ -42,6 +77,7 @@ int cmd_run(const GlobalOptions& global, const RunOptions& options) {
   fmt::print("time            median {:.4f} ms over {} runs (min {:.4f}, max {:.4f}) after {} warm-up\n",
              t.median_ms, t.iters, t.min_ms, t.max_ms, options.warmup);
   fmt::print("throughput      {:.1f} TFLOPS{}\n", t.tflops, spec.causal ? " (causal FLOPs halved, FA3 convention)" : "");
+  if (spec.dtype == DType::kE4m3) print_fp8_accuracy(runtime, spec, p, options.seed);
   return check.passed ? 0 : 1;
 }
 
