@@ -59,23 +59,35 @@ struct OnlineSoftmax {
   /// returns in o_scale the factor by which the output accumulator rows must be multiplied (exp of the max shift;
   /// 0 on the first block of a row).
   __device__ __forceinline__ void update(float (&s)[kRegs], float c, float (&o_scale)[2]) {
+    // Row max and row sum over kRegsPerRowHalf values each: kChains independent partial results, combined at the
+    // end, so the reductions are short dependency chains instead of one chain of kRegsPerRowHalf latencies.
+    constexpr int kChains = Frag::kRegsPerRowHalf % 4 == 0 ? 4 : 2;
 #pragma unroll
     for (int h = 0; h < Frag::kRowHalves; ++h) {
-      float m = neg_inf();
+      float part[kChains];
 #pragma unroll
-      for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) m = fmaxf(m, s[Frag::reg(h, j)]);
+      for (int k = 0; k < kChains; ++k) part[k] = neg_inf();
+#pragma unroll
+      for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) part[j % kChains] = fmaxf(part[j % kChains], s[Frag::reg(h, j)]);
+      float m = part[0];
+#pragma unroll
+      for (int k = 1; k < kChains; ++k) m = fmaxf(m, part[k]);
       m = fmaxf(row_max[h], quad_max(m) * c);
       const bool empty = m == neg_inf();
       o_scale[h] = empty ? 1.f : exp2_approx(row_max[h] - m);
       row_max[h] = m;
       const float subtrahend = empty ? 0.f : m - static_cast<float>(kMaxOffset);
-      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < kChains; ++k) part[k] = 0.f;
 #pragma unroll
       for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) {
         const int i = Frag::reg(h, j);
         s[i] = exp2_approx(fmaf(s[i], c, -subtrahend));
-        sum += s[i];
+        part[j % kChains] += s[i];
       }
+      float sum = part[0];
+#pragma unroll
+      for (int k = 1; k < kChains; ++k) sum += part[k];
       row_sum[h] = fmaf(row_sum[h], o_scale[h], sum);
     }
   }
