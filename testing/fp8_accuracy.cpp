@@ -180,6 +180,7 @@ Rmse measure(Runtime& rt, const af::Spec& spec, const AccuracyProblem& p, const 
   }
   af::ForwardArgs a;
   a.dtype = spec.dtype;
+  a.out_dtype = spec.out_dtype;
   a.batch = p.batch;
   a.seqlen_q = p.seqlen_q;
   a.seqlen_k = p.seqlen_k;
@@ -212,9 +213,9 @@ Rmse measure(Runtime& rt, const af::Spec& spec, const AccuracyProblem& p, const 
     a.v_descale = {static_cast<const float*>(dvs.get()), vq.stride_batch, vq.stride_head};
   } else {
     std::vector<uint16_t> qb(q.size()), kb(k.size()), vb(p.v.size());
-    for (size_t i = 0; i < q.size(); ++i) qb[i] = float_to_bf16(q[i]);
-    for (size_t i = 0; i < k.size(); ++i) kb[i] = float_to_bf16(k[i]);
-    for (size_t i = 0; i < p.v.size(); ++i) vb[i] = float_to_bf16(p.v[i]);
+    for (size_t i = 0; i < q.size(); ++i) qb[i] = float_to_bits(spec.dtype, q[i]);
+    for (size_t i = 0; i < k.size(); ++i) kb[i] = float_to_bits(spec.dtype, k[i]);
+    for (size_t i = 0; i < p.v.size(); ++i) vb[i] = float_to_bits(spec.dtype, p.v[i]);
     upload(dq, qb.data(), qb.size() * 2);
     upload(dk, kb.data(), kb.size() * 2);
     upload(dv, vb.data(), vb.size() * 2);
@@ -236,7 +237,8 @@ Rmse measure(Runtime& rt, const af::Spec& spec, const AccuracyProblem& p, const 
   double se = 0, se_deq = 0, max_err = 0;
   for (size_t r = 0; r < rows.s.size(); ++r)
     for (int64_t c = 0; c < p.d; ++c) {
-      const double o = bf16_to_float(out[((rows.b[r] * p.seqlen_q + rows.s[r]) * p.heads + rows.h[r]) * p.d + c]);
+      const double o =
+          bits_to_float(spec.out_dtype, out[((rows.b[r] * p.seqlen_q + rows.s[r]) * p.heads + rows.h[r]) * p.d + c]);
       se += (o - ref[r * p.d + c]) * (o - ref[r * p.d + c]);
       max_err = std::max(max_err, std::fabs(o - ref[r * p.d + c]));
       se_deq += (o - deq_ref[r * p.d + c]) * (o - deq_ref[r * p.d + c]);
