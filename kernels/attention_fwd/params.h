@@ -61,12 +61,16 @@ struct SmemPlan {
 inline constexpr int kBarrierAreaBytes = 256;  // room for the mbarriers of up to 4 stages (25 x 8 bytes)
 inline constexpr int kSmemAlignSlack = 1024;
 
+/// Bytes of one tile row in shared memory: whole 128-byte swizzle rows (an e4m3 head_dim of 64 fills half of one;
+/// TMA writes zeros past the tensor's last column).
+FA3JIT_HOST_DEVICE constexpr int smem_row_bytes(int cols, int elem_bytes) { return (cols * elem_bytes + 127) / 128 * 128; }
+
 FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int head_dim, int head_dim_v, int stages,
                                                 int elem_bytes, int out_elem_bytes, bool transpose_v) {
   SmemPlan p{};
-  p.q_bytes = block_m * head_dim * elem_bytes;
-  p.v_load_stage_bytes = transpose_v ? block_n * head_dim_v * elem_bytes : 0;
-  p.k_stage_bytes = block_n * head_dim * elem_bytes;
+  p.q_bytes = block_m * smem_row_bytes(head_dim, elem_bytes);
+  p.v_load_stage_bytes = transpose_v ? block_n * smem_row_bytes(head_dim_v, elem_bytes) : 0;
+  p.k_stage_bytes = block_n * smem_row_bytes(head_dim, elem_bytes);
   p.v_stage_bytes = transpose_v ? (block_n + 127) / 128 * head_dim_v * 128 : block_n * head_dim_v * elem_bytes;
   p.o_bytes = block_m * head_dim_v * out_elem_bytes;
   p.o_staging_bytes = p.q_bytes + stages * p.v_load_stage_bytes;

@@ -186,7 +186,7 @@ const Capabilities& capabilities() {
       {DType::kFp16, DType::kBf16, DType::kE4m3},
       {},
       {64, 128, 256},
-      {128, 256},
+      {64, 128, 256},
       {DType::kBf16, DType::kFp16},
       false,
       {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum"},

@@ -6,7 +6,7 @@
 //   dtype               element type of q, k, v: a dtype of capabilities() ("fp16" | "bf16" | "e4m3")
 //   out_dtype           element type of out: for fp16/bf16 the input dtype (the default; nothing else is
 //                       allowed), for e4m3 "bf16" (default) or "fp16"
-//   head_dim            a head dim of capabilities() for the dtype (16-bit: 64 | 128 | 256; e4m3: 128 | 256)
+//   head_dim            a head dim of capabilities() for the dtype (64 | 128 | 256 for every dtype)
 //   head_dim_v          defaults to head_dim; capabilities() says which pairs exist (equal ones today)
 //   quant               e4m3 only: how q, k, v are scaled (the descale arguments, launch.h: ScaleView):
 //                       "per_head" (default; FA3's contract: q_descale, k_descale, v_descale of shape
@@ -50,7 +50,7 @@ struct Capabilities {
   std::vector<DType> dtypes;          // element types of q, k, v
   std::vector<DType> reserved_dtypes;  // named by the spec language but not generated yet (kUnsupported)
   std::vector<int> head_dims;         // of the 16-bit dtypes
-  std::vector<int> fp8_head_dims;     // of e4m3 (its rows are K-major bytes: 128-byte swizzle rows today)
+  std::vector<int> fp8_head_dims;     // of e4m3
   std::vector<DType> fp8_out_dtypes;  // out dtypes of an e4m3 kernel
   bool head_dim_v_may_differ;         // false: head_dim_v must equal head_dim
   std::vector<std::string> features;  // "causal", "gqa", ...

@@ -40,8 +40,9 @@ TileDefaults default_tile(DType dtype, int head_dim, bool causal) {
   // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap, cluster_m, two-level}
   if (dtype == DType::kE4m3) {
     switch (head_dim) {
-      // FA3's fp8 tiles (hopper/tile_size.h): 128x224 at d128, 128x128 at d256, both RS P.V, intra-warpgroup
-      // overlap and pingpong. The producer warpgroup also transposes V in shared memory.
+      // FA3's fp8 tiles (hopper/tile_size.h): 192x160 at d64, 128x224 at d128, 128x128 at d256, all RS P.V,
+      // intra-warpgroup overlap and pingpong. The producer warpgroup also transposes V in shared memory.
+      case 64: return {192, 160, 3, 2, true, true, 1, false};
       case 128: return {128, 224, 2, 2, true, true, 1, false};
       case 256: return {128, 128, 2, 2, true, true, 1, false};
       default: break;

@@ -1,5 +1,5 @@
 // GPU correctness of the e4m3 forward kernel (run on an H200; skipped with a message elsewhere).
-// Matrix: head_dim {128, 256} x causal x {MHA 6/6, GQA 4:1 8/2, MQA 4/1} x the `dense` (seqlen_q, seqlen_k) pairs
+// Matrix: head_dim {64, 128, 256} x causal x {MHA 6/6, GQA 4:1 8/2, MQA 4/1} x the `dense` (seqlen_q, seqlen_k) pairs
 // of tests/data/seqlens.json x quant {per_head, per_block}, with random power-of-two descales per scale group
 // (testing/attention_problem.h), against the float64 reference on the dequantised inputs with FA3's fp8 rule:
 // error <= 2x that of a baseline that rounds P to e4m3 (and keeps fp32 scores), + 2x the output's rounding noise.
@@ -43,7 +43,7 @@ TEST_CASE("e4m3 forward matches the float64 reference over the FA3 test matrix",
   std::printf("%-9s %4s %-6s %-5s %6s %6s  %-10s %-10s %-10s %s\n", "quant", "d", "causal", "heads", "sq", "sk",
               "max_err", "tol", "lse_err", "result");
   for (Quant quant : {Quant::kPerHead, Quant::kPerBlock})
-    for (int64_t d : {128, 256})
+    for (int64_t d : {64, 128, 256})
       for (bool causal : {false, true})
         for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{6, 6}, {8, 2}, {4, 1}})
           for (auto [sq, sk] : pairs) {

@@ -24,6 +24,7 @@ TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", 
       {R"({"dtype":"fp16","head_dim":128,"causal":true,"intra_wg_overlap":false,"pingpong":false})", 1, 799},
       {R"({"dtype":"e4m3","head_dim":128,"causal":true})", 239, 1023},
       {R"({"dtype":"e4m3","head_dim":256,"quant":"per_block"})", 113, 799},
+      {R"({"dtype":"e4m3","head_dim":64,"causal":true})", 300, 239},
       {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"quant":"per_block"})",
        300, 1023},
   };

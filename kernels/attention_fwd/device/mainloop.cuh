@@ -90,7 +90,7 @@ struct Mainloop {
       constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
       const int rank = static_cast<int>(cluster_ctarank());
 #pragma unroll
-      for (int j = 0; j < kCols / kBlockCols; ++j)
+      for (int j = 0; j < (kCols + kBlockCols - 1) / kBlockCols; ++j)
         tma_load_4d_multicast(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar,
                               kBlockCols * j, row + rank * kHalf, head, batch, static_cast<uint16_t>(0x3));
     }
@@ -106,13 +106,14 @@ struct Mainloop {
     }
   }
 
-  /// Loads a rows x kCols tile as boxes of {128 bytes, rows} into consecutive column blocks.
+  /// Loads a rows x kCols tile as boxes of {128 bytes, rows} into consecutive column blocks (the last one padded
+  /// with zeros by TMA when kCols does not fill it: e4m3 head_dim 64).
   template <int kRows, int kCols>
   static __device__ __forceinline__ void load_tile(uint32_t dst, const TmaDesc* desc, uint32_t bar, int row,
                                                    int head, int batch) {
     constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
 #pragma unroll
-    for (int j = 0; j < kCols / kBlockCols; ++j)
+    for (int j = 0; j < (kCols + kBlockCols - 1) / kBlockCols; ++j)
       tma_load_4d(dst + j * kRows * kRowBytes, desc, bar, kBlockCols * j, row, head, batch);
   }
 

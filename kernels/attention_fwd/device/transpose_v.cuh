@@ -33,7 +33,7 @@ struct TransposeV {
 
   /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage.
   static __device__ __forceinline__ void run(uint32_t src, uint32_t dst, int warp, int lane) {
-    static_assert(Cfg::kBlockN % 32 == 0 && Cfg::kHeadDimV % 128 == 0, "e4m3 tiles: block_n % 32, head_dim_v % 128");
+    static_assert(Cfg::kBlockN % 32 == 0 && Cfg::kHeadDimV % 32 == 0, "e4m3 tiles: block_n % 32, head_dim_v % 32");
     const int mat = lane / 8, r = lane % 8;  // this lane's row address: row r of matrix mat
     const int c = lane / 4;                  // channel pair of this lane's registers (ldmatrix.trans)
     // ldmatrix: matrix mat covers keys 8*(mat & 1) + 0..7, channels 16*(mat >> 1) + 0..15 of the unit.

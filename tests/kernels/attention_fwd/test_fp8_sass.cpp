@@ -73,6 +73,7 @@ TEST_CASE("e4m3 kernels run QGMMA E4M3 for both GEMMs, 16-bit kernels HGMMA", "[
   REQUIRE_FALSE(tool.empty());
   for (const char* json : {R"({"dtype":"e4m3","head_dim":128})", R"({"dtype":"e4m3","head_dim":256,"causal":true})",
                            R"({"dtype":"e4m3","head_dim":128,"quant":"per_block","out_dtype":"fp16"})",
+                           R"({"dtype":"e4m3","head_dim":64})",
                            R"({"dtype":"bf16","head_dim":128})"}) {
     INFO(json);
     const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(std::string(json)));

@@ -57,8 +57,8 @@ const std::vector<BadCase> kBadCases = {
      {"\"dtype\"", "16", "wrong type", "\"fp16\", \"bf16\""}},
     {"dtype fp32", R"({"dtype": "fp32", "head_dim": 128})", ErrorCode::kInvalidSpec,
      {"\"dtype\"", "\"fp32\"", "\"fp16\", \"bf16\""}},
-    {"e4m3 head_dim 64", R"({"dtype": "e4m3", "head_dim": 64})", ErrorCode::kInvalidSpec,
-     {"\"head_dim\"", "64", "\"e4m3\"", "one of 128, 256"}},
+    {"e4m3 head_dim 96", R"({"dtype": "e4m3", "head_dim": 96})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "96", "\"e4m3\"", "one of 64, 128, 256"}},
     {"e4m3 out_dtype e4m3", R"({"dtype": "e4m3", "head_dim": 128, "out_dtype": "e4m3"})", ErrorCode::kInvalidSpec,
      {"\"out_dtype\"", "\"e4m3\"", "\"bf16\", \"fp16\""}},
     {"bf16 out_dtype fp16", R"({"dtype": "bf16", "head_dim": 128, "out_dtype": "fp16"})", ErrorCode::kInvalidSpec,
@@ -427,10 +427,10 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
 TEST_CASE("the capability table is the one statement of dtypes and head dims", "[spec]") {
   const af::Capabilities& caps = af::capabilities();
   CHECK(caps.head_dims == std::vector<int>{64, 128, 256});
-  CHECK(caps.fp8_head_dims == std::vector<int>{128, 256});
+  CHECK(caps.fp8_head_dims == std::vector<int>{64, 128, 256});
   CHECK(caps.dtypes == std::vector<DType>{DType::kFp16, DType::kBf16, DType::kE4m3});
   CHECK(af::allowed_head_dims(DType::kBf16) == "one of 64, 128, 256");
-  CHECK(af::allowed_head_dims(DType::kE4m3) == "one of 128, 256");
+  CHECK(af::allowed_head_dims(DType::kE4m3) == "one of 64, 128, 256");
   CHECK(af::allowed_dtypes() == "one of \"fp16\", \"bf16\", \"e4m3\"");
   // Every listed head dim and dtype has a tile, and parse, default_spec and the validator agree on it.
   for (DType t : caps.dtypes) {
@@ -445,7 +445,8 @@ TEST_CASE("the capability table is the one statement of dtypes and head dims", "
   }
   CHECK_FALSE(af::supports_head_dims(DType::kBf16, 96, 96));
   CHECK_FALSE(af::supports_head_dims(DType::kBf16, 128, 64));
-  CHECK_FALSE(af::supports_head_dims(DType::kE4m3, 64, 64));
+  CHECK_FALSE(af::supports_head_dims(DType::kE4m3, 96, 96));
+  CHECK(af::supports_head_dims(DType::kE4m3, 64, 64));
   CHECK(af::supports_head_dims(DType::kE4m3, 256, 256));
   CHECK(af::supports_dtype(DType::kE4m3));
   try {
