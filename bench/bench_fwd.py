@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Attention forward throughput: fa3jit beside torch SDPA's cuDNN and FlashAttention-2 backends, one process.
+"""Attention forward throughput: fa3jit beside FlashAttention-3 and torch SDPA's cuDNN and FlashAttention-2
+backends, one process.
 
 Convention (FlashAttention-3 paper and benchmark_attn.py; docs/kernel-design.md §8): 16k tokens in all
 (batch * seqlen = 16384, seqlen 512 ... 16384), hidden 2048 (num_heads = num_heads_kv = 2048 / head_dim),
@@ -8,18 +9,32 @@ for causal. Each backend: warm-up calls (the first fa3jit call compiles or loads
 of --runs calls, each timed alone with CUDA events after an L2 flush (which also keeps the GPU busy while
 Python queues the call, so launch overhead is not timed).
 
-fa3jit takes (batch, seqlen, heads, head_dim) tensors; SDPA takes (batch, heads, seqlen, head_dim): it gets
-transposed views of the same tensors (--sdpa-layout view, the serving layout; no copy is timed), or copies
-made once before timing (--sdpa-layout contiguous, as in the cuDNN/FA3 anchor runs).
+Backends per dtype:
+  fp16, bf16: fa3jit, FA3 (bf16/fp16), cuDNN and FA2 (torch SDPA) in that dtype.
+  e4m3:       fa3jit FP8 and FA3 FP8 on the same float8_e4m3fn q, k, v with per_head descales (FA3's contract:
+              fp32 (batch, num_heads_kv), amax / 448 of each (batch, kv head) of the bf16 inputs), bf16 output;
+              cuDNN in bf16 on the unquantised inputs (on Hopper cuDNN's FP8 attention cannot write a 16-bit
+              output, per the H200 anchor runs). A head_dim a backend does not run reads n/a.
+fa3jit takes (batch, seqlen, heads, head_dim) tensors, as FA3 does; SDPA takes (batch, heads, seqlen, head_dim):
+it gets transposed views of the same tensors (--sdpa-layout view, the serving layout; no copy is timed), or
+copies made once before timing (--sdpa-layout contiguous, as in the cuDNN/FA3 anchor runs).
+FA3 is the `fa3-fwd` wheel's forward, torch.ops.fa3_fwd.fwd (registered by `import fa3_fwd_interface`; --fa3-site,
+default $FA3_SITE else /tmp/site, is put on sys.path first), called with keywords and num_splits=1 as its own
+flash_attn_func does. Without it the FA3 column reads n/a and the reason is printed.
 
     python bench/bench_fwd.py                  # full sweep: fp16, bf16 x head_dim 64/128/256 x causal
+    python bench/bench_fwd.py --dtype e4m3     # FP8: fa3jit and FA3 fp8 beside cuDNN bf16
     python bench/bench_fwd.py --quick          # bf16, head_dim 128, seqlen 2048 and 8192
-Writes bench/results/<date>.json and a PNG bar chart beside it (needs matplotlib; skipped with a message).
+Prints one markdown table per dtype (TFLOP/s, fa3jit / FA3 and fa3jit / cuDNN with their geometric means).
+Writes bench/results/<date>.json and a PNG bar chart beside it (needs matplotlib; skipped with a message), and
+--json PATH writes the same JSON to PATH.
 """
 
 import argparse
 import datetime
 import json
+import math
+import os
 import pathlib
 import platform
 import statistics
@@ -28,12 +43,14 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOKENS = 16384
 HIDDEN = 2048
-BACKENDS = ("fa3jit", "cudnn", "fa2")
+BACKENDS = ("fa3jit", "fa3", "cudnn", "fa2")
+NAMES = {"fa3jit": "fa3jit", "fa3": "FA3", "cudnn": "cuDNN", "fa2": "FA2"}
+E4M3_MAX = 448.0  # largest finite float8_e4m3fn
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dtype", nargs="+", choices=["fp16", "bf16"], default=["fp16", "bf16"])
+    parser.add_argument("--dtype", nargs="+", choices=["fp16", "bf16", "e4m3"], default=["fp16", "bf16"])
     parser.add_argument("--head-dim", nargs="+", type=int, choices=[64, 128, 256], default=[64, 128, 256])
     parser.add_argument("--causal", choices=["both", "true", "false"], default="both")
     parser.add_argument("--seqlens", nargs="+", type=int, default=[512, 1024, 2048, 4096, 8192, 16384])
@@ -42,8 +59,11 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--sdpa-layout", choices=["view", "contiguous"], default="view")
+    parser.add_argument("--fa3-site", default=os.environ.get("FA3_SITE") or "/tmp/site",
+                        help="directory holding fa3_fwd_interface.py and fa3_fwd/ (the fa3-fwd wheel)")
     parser.add_argument("--out-dir", type=pathlib.Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--no-save", action="store_true", help="print the table only")
+    parser.add_argument("--json", type=pathlib.Path, help="also write the results JSON here")
+    parser.add_argument("--no-save", action="store_true", help="print the table only (and --json if given)")
     args = parser.parse_args()
     if args.quick:
         args.dtype, args.head_dim, args.seqlens = ["bf16"], [128], [2048, 8192]
@@ -62,6 +82,31 @@ def import_fa3jit():
         sys.path.insert(0, str(ROOT / "tools" / "python"))
         import fa3jit
     return fa3jit
+
+
+def load_fa3(torch, fa3_site):
+    """(torch.ops.fa3_fwd.fwd, where it came from), or (None, why not): FA3 is a peer only where its wheel
+    imports on this torch."""
+    if fa3_site and os.path.isdir(fa3_site) and fa3_site not in sys.path:
+        sys.path.insert(0, fa3_site)
+    try:
+        import fa3_fwd_interface
+    except Exception as error:
+        return None, (f"import fa3_fwd_interface failed ({type(error).__name__}: {error}); install the fa3-fwd "
+                      f"wheel with pip --target {fa3_site} or pass --fa3-site")
+    try:
+        op = torch.ops.fa3_fwd.fwd
+        overloads = op.overloads()
+        schema = getattr(op, "default" if "default" in overloads else overloads[0])._schema
+    except Exception as error:
+        return None, f"torch.ops.fa3_fwd.fwd is not registered ({type(error).__name__}: {error})"
+    names = {argument.name for argument in schema.arguments}
+    # fa3-fwd 0.0.3: fwd(q, k, v, ..., out, ..., q_descale, k_descale, v_descale, softmax_scale, is_causal, ...,
+    # num_splits, ...) -> (out, softmax_lse, ...).
+    needed = {"q", "k", "v", "is_causal", "num_splits", "q_descale", "k_descale", "v_descale"}
+    if not needed <= names:
+        return None, f"unexpected signature of torch.ops.fa3_fwd.fwd (needs {sorted(needed - names)}): {schema}"
+    return op, getattr(fa3_fwd_interface, "__file__", "?")
 
 
 class Timer:
@@ -87,7 +132,21 @@ class Timer:
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
-def make_calls(torch, fa3jit, q, k, v, causal, sdpa_layout):
+def quantize_per_head(torch, x, num_heads_kv):
+    """x (batch, seqlen, heads, head_dim) -> (float8_e4m3fn x8, fp32 descale (batch, num_heads_kv)): one scale
+    per (batch, kv head) over its seqlen, heads of its group and head_dim, amax / 448, so that x8 * descale ~ x
+    (FA3's per-head contract; the query heads of a group share their kv head's descale)."""
+    batch, seqlen, heads, head_dim = x.shape
+    grouped = x.float().view(batch, seqlen, num_heads_kv, heads // num_heads_kv, head_dim)
+    descale = (grouped.abs().amax(dim=(1, 3, 4)) / E4M3_MAX).clamp_min(1e-12)  # (batch, num_heads_kv)
+    x8 = (grouped / descale[:, None, :, None, None]).view(batch, seqlen, heads, head_dim).to(torch.float8_e4m3fn)
+    return x8, descale.contiguous()
+
+
+def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8):
+    """One zero-argument call per backend; fa3jit and FA3 return (batch, seqlen, heads, head_dim), SDPA
+    (batch, heads, seqlen, head_dim). fp8: q, k, v are the bf16 inputs; fa3jit and FA3 get their e4m3 quantisation with per_head
+    descales, cuDNN the bf16 tensors, FA2 nothing (it has no FP8)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -102,38 +161,62 @@ def make_calls(torch, fa3jit, q, k, v, causal, sdpa_layout):
                 return sdpa(qt, kt, vt, is_causal=causal)
         return call
 
-    return {
-        "fa3jit": lambda: fa3jit.flash_attn_func(q, k, v, causal=causal),
-        "cudnn": sdpa_call(SDPBackend.CUDNN_ATTENTION),
-        "fa2": sdpa_call(SDPBackend.FLASH_ATTENTION),
-    }
+    calls = {"cudnn": sdpa_call(SDPBackend.CUDNN_ATTENTION)}
+    if fp8:
+        num_heads_kv = k.shape[2]
+        (q8, qd), (k8, kd), (v8, vd) = (quantize_per_head(torch, t, num_heads_kv) for t in (q, k, v))
+        calls["fa3jit"] = lambda: fa3jit.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd,
+                                                         v_descale=vd)
+        if fa3_op is not None:
+            calls["fa3"] = lambda: fa3_op(q8, k8, v8, is_causal=causal, num_splits=1, q_descale=qd, k_descale=kd,
+                                          v_descale=vd)[0]
+    else:
+        calls["fa3jit"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal)
+        calls["fa2"] = sdpa_call(SDPBackend.FLASH_ATTENTION)
+        if fa3_op is not None:
+            calls["fa3"] = lambda: fa3_op(q, k, v, is_causal=causal, num_splits=1)[0]
+    return calls
 
 
-def bench_case(torch, fa3jit, timer, dtype_name, head_dim, causal, seqlen, args):
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+def bench_case(torch, fa3jit, fa3, timer, dtype_name, head_dim, causal, seqlen, args):
+    fp8 = dtype_name == "e4m3"
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.bfloat16}[dtype_name]
     batch, heads = TOKENS // seqlen, HIDDEN // head_dim
     generator = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(batch, seqlen, heads, head_dim, dtype=dtype, device="cuda", generator=generator)
                for _ in range(3))
     flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
-    calls = make_calls(torch, fa3jit, q, k, v, causal, args.sdpa_layout)
+    fa3_op, fa3_reason = fa3
+    calls = make_calls(torch, fa3jit, fa3_op, q, k, v, causal, args.sdpa_layout, fp8)
     row = {"dtype": dtype_name, "head_dim": head_dim, "causal": causal, "seqlen": seqlen, "batch": batch,
            "heads": heads, "flops": flops}
     outputs = {}
     for name in args.backends:
+        if name == "fa3" and fa3_op is None:
+            row[name] = {"error": f"FA3 not available: {fa3_reason}"}
+            continue
+        if name not in calls:  # FA2 on FP8: not a peer of this dtype
+            continue
         try:
             out = calls[name]()
-            outputs[name] = out.transpose(1, 2) if name != "fa3jit" else out
+            outputs[name] = out.transpose(1, 2) if name in ("cudnn", "fa2") else out
             ms = timer.median_ms(calls[name])
             row[name] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
         except Exception as error:  # a backend that cannot run this case is reported, not fatal
             row[name] = {"error": f"{type(error).__name__}: {error}"}
-    # Guard against timing a wrong kernel: fa3jit's output against cuDNN's (or FA2's).
-    baseline = outputs.get("cudnn", outputs.get("fa2"))
-    if "fa3jit" in outputs and baseline is not None:
-        row["max_abs_diff_fa3jit_vs_" + ("cudnn" if "cudnn" in outputs else "fa2")] = \
-            (outputs["fa3jit"].float() - baseline.float()).abs().max().item()
+    # Guard against timing a wrong kernel: fa3jit's output against cuDNN's (or FA2's; FP8 against the bf16
+    # cuDNN output on the unquantised inputs, so the difference includes the quantisation error) and FA3's.
+    if "fa3jit" in outputs:
+        for peer in ("cudnn", "fa2", "fa3"):
+            if peer in outputs:
+                row[f"max_abs_diff_fa3jit_vs_{peer}"] = \
+                    (outputs["fa3jit"].float() - outputs[peer].float()).abs().max().item()
     return row
+
+
+def tflops(row, name):
+    entry = row.get(name) or {}
+    return entry.get("tflops")
 
 
 def cell(row, name):
@@ -143,20 +226,48 @@ def cell(row, name):
     return f"{entry['tflops']:.1f}" if "tflops" in entry else "n/a"
 
 
+def ratio(row, a, b):
+    x, y = tflops(row, a), tflops(row, b)
+    return x / y if x is not None and y is not None else None
+
+
+def geomean_summary(rows, a, b):
+    """'fa3jit / FA3 = 0.901 (faster in 3 of 36)' over the rows where both ran, or None."""
+    ratios = [r for r in (ratio(row, a, b) for row in rows) if r is not None]
+    if not ratios:
+        return None
+    mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    faster = sum(1 for r in ratios if r > 1.0)
+    return {"ratio": f"{NAMES[a]} / {NAMES[b]}", "geomean": mean, "faster": faster, "cells": len(ratios)}
+
+
+def column_label(backend, dtype_name):
+    if dtype_name != "e4m3":
+        return NAMES[backend]
+    return f"{NAMES[backend]} {'bf16' if backend in ('cudnn', 'fa2') else 'fp8'}"
+
+
 def markdown_table(rows, backends):
-    names = {"fa3jit": "fa3jit", "cudnn": "cuDNN", "fa2": "FA2"}
-    header = ["dtype", "head_dim", "causal", "seqlen", "batch", "heads"] + [names[b] for b in backends]
-    ratio = "fa3jit" in backends and "cudnn" in backends
-    if ratio:
-        header.append("fa3jit / cuDNN")
+    """One markdown table for rows of one dtype, with the ratio columns fa3jit / FA3 and fa3jit / cuDNN and
+    their geometric means below."""
+    dtype_name = rows[0]["dtype"]
+    shown = [b for b in backends if any(b in row for row in rows)]
+    ratios = [(a, b) for a, b in (("fa3jit", "fa3"), ("fa3jit", "cudnn")) if a in shown and b in shown]
+    header = (["dtype", "head_dim", "causal", "seqlen", "batch", "heads"] +
+              [column_label(b, dtype_name) for b in shown] + [f"{NAMES[a]} / {NAMES[b]}" for a, b in ratios])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         cells = [row["dtype"], str(row["head_dim"]), str(row["causal"]), str(row["seqlen"]), str(row["batch"]),
-                 str(row["heads"])] + [cell(row, b) for b in backends]
-        if ratio:
-            a, b = row.get("fa3jit", {}), row.get("cudnn", {})
-            cells.append(f"{a['tflops'] / b['tflops']:.2f}" if "tflops" in a and "tflops" in b else "-")
+                 str(row["heads"])] + [cell(row, b) for b in shown]
+        for a, b in ratios:
+            r = ratio(row, a, b)
+            cells.append(f"{r:.2f}" if r is not None else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
+    summaries = [s for s in (geomean_summary(rows, a, b) for a, b in ratios) if s is not None]
+    if summaries:
+        lines.append("")
+        lines.append(f"Geometric means ({dtype_name}): " + "; ".join(
+            f"{s['ratio']} = {s['geomean']:.3f} (faster in {s['faster']} of {s['cells']})" for s in summaries))
     return "\n".join(lines)
 
 
@@ -179,8 +290,9 @@ def save_chart(rows, backends, path):
             axis = axes[i][j]
             cases = [r for r in rows if (r["dtype"], r["causal"], r["head_dim"]) == (dtype, causal, head_dim)]
             for b, backend in enumerate(backends):
-                values = [r.get(backend, {}).get("tflops", 0.0) for r in cases]
-                axis.bar([x + b * width for x in range(len(cases))], values, width, label=backend)
+                values = [tflops(r, backend) or 0.0 for r in cases]
+                axis.bar([x + b * width for x in range(len(cases))], values, width,
+                         label=column_label(backend, dtype))
             axis.set_xticks([x + width * (len(backends) - 1) / 2 for x in range(len(cases))])
             axis.set_xticklabels([str(r["seqlen"]) for r in cases])
             axis.set_title(f"{dtype} d{head_dim} {'causal' if causal else 'non-causal'}")
@@ -192,8 +304,9 @@ def save_chart(rows, backends, path):
     return path
 
 
-def environment(torch, fa3jit, args):
+def environment(torch, fa3jit, fa3, args):
     properties = torch.cuda.get_device_properties(0)
+    fa3_op, fa3_where = fa3
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "device": properties.name,
@@ -203,10 +316,14 @@ def environment(torch, fa3jit, args):
         "cudnn": torch.backends.cudnn.version(),
         "fa3jit": fa3jit.version(),
         "fa3jit_library": fa3jit.library_path(),
+        "fa3": fa3_where if fa3_op is not None else None,
+        "fa3_unavailable": None if fa3_op is not None else fa3_where,
         "python": platform.python_version(),
         "runs": args.runs,
         "warmup": args.warmup,
         "sdpa_layout": args.sdpa_layout,
+        "fp8": "e4m3 q, k, v with per_head fp32 descales (batch, num_heads_kv) = amax / 448, bf16 out; "
+               "cuDNN in bf16 on the unquantised inputs",
         "convention": "16k tokens, hidden 2048, FLOPs 4*b*h*s*s*d (halved causal), median, CUDA events, L2 flushed",
     }
 
@@ -225,7 +342,12 @@ def main():
     import torch
     if not torch.cuda.is_available():
         sys.exit("bench_fwd.py needs a CUDA GPU (Hopper for fa3jit)")
+    if "e4m3" in args.dtype and not hasattr(torch, "float8_e4m3fn"):
+        sys.exit("--dtype e4m3 needs a torch with torch.float8_e4m3fn")
     fa3jit = import_fa3jit()
+    fa3 = load_fa3(torch, args.fa3_site) if "fa3" in args.backends else (None, "not in --backends")
+    print(f"FA3: torch.ops.fa3_fwd.fwd from {fa3[1]}" if fa3[0] is not None else f"FA3 not available: {fa3[1]}",
+          file=sys.stderr, flush=True)
     timer = Timer(torch, args.runs, args.warmup)
     causal_values = {"both": [False, True], "true": [True], "false": [False]}[args.causal]
     rows = []
@@ -233,26 +355,39 @@ def main():
         for head_dim in args.head_dim:
             for causal in causal_values:
                 for seqlen in args.seqlens:
-                    row = bench_case(torch, fa3jit, timer, dtype_name, head_dim, causal, seqlen, args)
+                    row = bench_case(torch, fa3jit, fa3, timer, dtype_name, head_dim, causal, seqlen, args)
                     rows.append(row)
                     print(" ".join(f"{b}={cell(row, b)}" for b in args.backends),
                           f"<- {dtype_name} d{head_dim} causal={causal} s={seqlen}", file=sys.stderr, flush=True)
-    env = environment(torch, fa3jit, args)
+    env = environment(torch, fa3jit, fa3, args)
     print(f"\n{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
-          f"fa3jit {env['fa3jit']}; TFLOP/s, median of {args.runs}\n")
-    print(markdown_table(rows, args.backends))
+          f"fa3jit {env['fa3jit']}, FA3 {env['fa3'] or 'n/a'}; TFLOP/s, median of {args.runs}\n")
+    summaries = {}
+    for dtype_name in args.dtype:
+        dtype_rows = [row for row in rows if row["dtype"] == dtype_name]
+        print(markdown_table(dtype_rows, args.backends) + "\n")
+        summaries[dtype_name] = [s for s in (geomean_summary(dtype_rows, "fa3jit", b) for b in ("fa3", "cudnn"))
+                                 if s is not None]
+    if env["fa3_unavailable"]:
+        print(f"FA3 n/a: {env['fa3_unavailable']}")
     for row in rows:
         for backend in args.backends:
-            if "error" in row.get(backend, {}):
-                print(f"{backend} {row['dtype']} d{row['head_dim']} causal={row['causal']} s={row['seqlen']}: "
-                      f"{row[backend]['error']}")
+            error = (row.get(backend) or {}).get("error")
+            if error and not (backend == "fa3" and env["fa3_unavailable"]):  # that one is printed once above
+                print(f"{backend} {row['dtype']} d{row['head_dim']} causal={row['causal']} s={row['seqlen']}: {error}")
+    document = json.dumps({"environment": env, "results": rows, "geomeans": summaries}, indent=1) + "\n"
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(document)
+        print(f"\nwrote {args.json}")
     if args.no_save:
         return
     args.out_dir.mkdir(parents=True, exist_ok=True)
     json_path = unique_path(args.out_dir, datetime.date.today().isoformat(), ".json")
-    json_path.write_text(json.dumps({"environment": env, "results": rows}, indent=1) + "\n")
+    json_path.write_text(document)
     print(f"\nwrote {json_path}")
-    chart = save_chart(rows, args.backends, json_path.with_suffix(".png"))
+    chart = save_chart(rows, [b for b in args.backends if any(b in row for row in rows)],
+                       json_path.with_suffix(".png"))
     if chart:
         print(f"wrote {chart}")
 

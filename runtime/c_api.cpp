@@ -8,6 +8,7 @@
 #include "fa3jit/fa3jit.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -112,13 +113,17 @@ fa3jit_status guarded(const char* function, Body&& body) noexcept {
 [[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 
 // Accepts struct_size == sizeof (this header), larger sizes whose extra bytes are all zero (a newer header
-// whose new fields are left at their defaults), and rejects smaller sizes (an older, incompatible header).
+// whose new fields are left at their defaults), `older_size` when non-zero (the size of an older header whose
+// struct ended there: the caller knows only the fields before it), and rejects other smaller sizes.
 template <class T>
-void check_struct_size(const T* value, const char* name, bool check_extra_bytes) {
+void check_struct_size(const T* value, const char* name, bool check_extra_bytes, size_t older_size = 0) {
   const size_t size = value->struct_size;
+  if (older_size != 0 && size == older_size) return;
   if (size < sizeof(T) || size > kMaxStructSize) {
-    invalid(fmt::format("{}.struct_size is {}; expected sizeof({}) = {} (ABI version {}); was it set?", name, size,
-                        name, sizeof(T), FA3JIT_ABI_VERSION));
+    const std::string older = older_size != 0 ? fmt::format(" or {} (the struct before its e4m3 fields)", older_size)
+                                              : std::string();
+    invalid(fmt::format("{}.struct_size is {}; expected sizeof({}) = {}{} (ABI version {}); was it set?", name, size,
+                        name, sizeof(T), older, FA3JIT_ABI_VERSION));
   }
   if (!check_extra_bytes) return;
   const auto* bytes = reinterpret_cast<const unsigned char*>(value);
@@ -143,15 +148,35 @@ void check_kernel(const fa3jit_kernel* kernel, const char* function) {
     invalid(fmt::format("{}: kernel is not a live fa3jit_kernel (destroyed, or not one)", function));
 }
 
-fa3jit::DType to_dtype(int value) {
+// fa3jit_forward_params as its caller's header laid it out before the e4m3 fields: those callers send this many
+// bytes, and their calls read as 16-bit calls with the new fields at their defaults.
+constexpr size_t kForwardParamsSizeBeforeE4m3 = offsetof(fa3jit_forward_params, out_dtype);
+
+// field: "dtype" or "out_dtype" (which also takes FA3JIT_DTYPE_DEFAULT, handled by the caller).
+fa3jit::DType to_dtype(int32_t value, const char* field, bool default_allowed = false) {
   switch (value) {
     case FA3JIT_DTYPE_FP16: return fa3jit::DType::kFp16;
     case FA3JIT_DTYPE_BF16: return fa3jit::DType::kBf16;
     case FA3JIT_DTYPE_E4M3: return fa3jit::DType::kE4m3;
   }
-  invalid(fmt::format("params.dtype is {}; expected FA3JIT_DTYPE_FP16 (0), FA3JIT_DTYPE_BF16 (1) or "
-                      "FA3JIT_DTYPE_E4M3 (2)",
+  invalid(fmt::format("params.{} is {}; expected FA3JIT_DTYPE_FP16 (0), FA3JIT_DTYPE_BF16 (1) or "
+                      "FA3JIT_DTYPE_E4M3 (2){}",
+                      field, value, default_allowed ? ", or FA3JIT_DTYPE_DEFAULT (-1)" : ""));
+}
+
+fa3jit::attention_fwd::Quant to_quant(int32_t value) {
+  switch (value) {
+    case FA3JIT_QUANT_NONE: return fa3jit::attention_fwd::Quant::kNone;
+    case FA3JIT_QUANT_PER_HEAD: return fa3jit::attention_fwd::Quant::kPerHead;
+    case FA3JIT_QUANT_PER_BLOCK: return fa3jit::attention_fwd::Quant::kPerBlock;
+  }
+  invalid(fmt::format("params.quant is {}; expected FA3JIT_QUANT_NONE (0), FA3JIT_QUANT_PER_HEAD (1) or "
+                      "FA3JIT_QUANT_PER_BLOCK (2)",
                       value));
+}
+
+fa3jit::attention_fwd::ScaleView to_scale(const fa3jit_scale& s) {
+  return fa3jit::attention_fwd::ScaleView{s.data, s.stride_batch, s.stride_head};
 }
 
 fa3jit::TensorView to_view(const fa3jit_tensor& t, const char* name) {
@@ -168,14 +193,31 @@ void copy_string(char (&destination)[N], const std::string& source, const char* 
   std::memcpy(destination, source.c_str(), source.size() + 1);
 }
 
-fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& params) {
-  check_struct_size(&params, "fa3jit_forward_params", true);
+// The caller's params as this header's struct: an older caller's bytes (kForwardParamsSizeBeforeE4m3) and the
+// defaults of the fields it does not know. Reads no byte past the caller's struct_size.
+fa3jit_forward_params current_params(const fa3jit_forward_params& caller) {
+  check_struct_size(&caller, "fa3jit_forward_params", true, kForwardParamsSizeBeforeE4m3);
+  if (caller.struct_size >= sizeof(fa3jit_forward_params)) return caller;
+  fa3jit_forward_params params;
+  fa3jit_forward_params_init(&params);
+  std::memcpy(&params, &caller, kForwardParamsSizeBeforeE4m3);
+  return params;
+}
+
+fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) {
+  const fa3jit_forward_params params = current_params(caller);
   if (params.causal != 0 && params.causal != 1) invalid(fmt::format("params.causal is {}; expected 0 or 1", params.causal));
   if (!std::isfinite(params.softmax_scale))
     invalid(fmt::format("params.softmax_scale is {}; expected a finite value (0 = 1/sqrt(head_dim))",
                         params.softmax_scale));
   fa3jit::attention_fwd::ForwardArgs args;
-  args.dtype = to_dtype(enum_value(params.dtype));
+  args.dtype = to_dtype(enum_value(params.dtype), "dtype");
+  const int32_t out_dtype = enum_value(params.out_dtype);
+  if (out_dtype != FA3JIT_DTYPE_DEFAULT) args.out_dtype = to_dtype(out_dtype, "out_dtype", true);
+  args.quant = to_quant(params.quant);
+  args.q_descale = to_scale(params.q_descale);
+  args.k_descale = to_scale(params.k_descale);
+  args.v_descale = to_scale(params.v_descale);
   args.batch = params.batch;
   args.seqlen_q = params.seqlen_q;
   args.seqlen_k = params.seqlen_k;
@@ -273,7 +315,8 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
   return guarded("fa3jit_attention_workspace_size", [&] {
     check_runtime(runtime, "fa3jit_attention_workspace_size");
     if (params == nullptr || bytes == nullptr) invalid("fa3jit_attention_workspace_size: params or bytes is NULL");
-    check_struct_size(params, "fa3jit_forward_params", true);
+    // Only shape fields are read, all of them before the e4m3 fields: an older caller's struct is read as is.
+    check_struct_size(params, "fa3jit_forward_params", true, kForwardParamsSizeBeforeE4m3);
     fa3jit::attention_fwd::ForwardArgs args;
     args.batch = params->batch;
     args.seqlen_q = params->seqlen_q;
@@ -283,6 +326,36 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
     args.head_dim = params->head_dim;
     args.head_dim_v = params->head_dim_v;
     *bytes = fa3jit::attention_fwd::workspace_size(args);
+  });
+}
+
+fa3jit_status fa3jit_attention_quant_blocks(const fa3jit_kernel* kernel, int64_t head_dim, int32_t causal,
+                                            int32_t* block_m, int32_t* block_n) {
+  return guarded("fa3jit_attention_quant_blocks", [&] {
+    if (block_m == nullptr || block_n == nullptr)
+      invalid("fa3jit_attention_quant_blocks: block_m or block_n is NULL; expected the addresses of two int32_t");
+    using fa3jit::DType;
+    using namespace fa3jit::attention_fwd;
+    if (kernel != nullptr) {
+      check_kernel(kernel, "fa3jit_attention_quant_blocks");
+      if (!kernel->attention)
+        invalid(fmt::format("fa3jit_attention_quant_blocks: kernel is of kind \"{}\", not \"attention_fwd\"",
+                            kernel->prepared.request.kind));
+      *block_m = kernel->attention->spec().block_m;
+      *block_n = kernel->attention->spec().block_n;
+      return;
+    }
+    if (causal != 0 && causal != 1) invalid(fmt::format("causal is {}; expected 0 or 1", causal));
+    if (head_dim < 1 || head_dim > 0x7fffffff ||
+        !supports_head_dims(DType::kE4m3, static_cast<int>(head_dim), static_cast<int>(head_dim)))
+      invalid(fmt::format("head_dim = {} is not supported for dtype e4m3; expected {}", head_dim,
+                          allowed_head_dims(DType::kE4m3)));
+    // The tile table's kernel, as a call with no explicit kernel gets it (launch.cpp: plan_for); the tile does
+    // not depend on out_dtype or quant.
+    const Spec spec = default_spec(DType::kE4m3, DType::kBf16, Quant::kPerBlock, static_cast<int>(head_dim),
+                                   static_cast<int>(head_dim), causal != 0);
+    *block_m = spec.block_m;
+    *block_n = spec.block_n;
   });
 }
 

@@ -17,8 +17,9 @@ cd "$root"
 
 # ---- dependencies (Debian packages; NVRTC and nvcc come with the CUDA toolkit) ----------------------
 packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev python3 python3-pytest)
-# test: clang for the sanitizer and libFuzzer build, llvm for llvm-symbolizer (readable sanitizer reports).
-if [[ "$mode" == test ]]; then packages+=(clang llvm); fi
+# test: clang for the sanitizer and libFuzzer build, llvm for llvm-symbolizer (readable sanitizer reports), pip
+# for the cuobjdump wheel when the toolkit lacks cuobjdump (the FP8 SASS test).
+if [[ "$mode" == test ]]; then packages+=(clang llvm python3-pip); fi
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -82,6 +83,23 @@ if [[ -z "${FA3JIT_CACHE_DIR:-}" ]]; then
   trap 'rm -rf "$FA3JIT_CACHE_DIR"' EXIT
 fi
 export FA3JIT_CACHE_DIR
+# The FP8 SASS test disassembles cubins with cuobjdump. Some toolkit installs (NVRTC + nvcc only) lack it: then
+# take NVIDIA's cuobjdump wheel into the build folder (pip, no root needed).
+find_cuobjdump() {
+  command -v cuobjdump 2>/dev/null && return
+  for c in /usr/local/cuda/bin/cuobjdump "$build/cuda-tools/nvidia/cu13/bin/cuobjdump"; do
+    [[ -x "$c" ]] && { echo "$c"; return; }
+  done
+}
+if [[ -z "${FA3JIT_CUOBJDUMP:-}" ]]; then
+  FA3JIT_CUOBJDUMP=$(find_cuobjdump || true)
+  if [[ -z "$FA3JIT_CUOBJDUMP" ]]; then
+    echo "installing: cuobjdump (pip nvidia-cuda-cuobjdump into $build/cuda-tools)"
+    $python -m pip install -q --no-deps --target "$build/cuda-tools" "nvidia-cuda-cuobjdump>=13,<14" >/dev/null
+    FA3JIT_CUOBJDUMP=$(find_cuobjdump)
+  fi
+  export FA3JIT_CUOBJDUMP
+fi
 stage "unit tests" "$build/fa3jit_tests"
 # Launch-argument validation against the fake CUDA driver (tests/fake_driver), found before any real one.
 stage "fake-driver tests" env LD_LIBRARY_PATH="$build/fake_driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$build/tests/fake_driver/fa3jit_fake_driver_tests"

@@ -201,9 +201,23 @@ TEST_CASE("bad scalars, head dims, head counts and dtypes are rejected", "[fake_
     a.head_dim_v = 64;
     expect_rejected(a, ErrorCode::kUnsupported, "argument head_dim_v = 64");
   }
-  SECTION("e4m3 is unsupported") {
+  SECTION("e4m3 without descales") {
     a.dtype = DType::kE4m3;
-    expect_rejected(a, ErrorCode::kUnsupported, "argument dtype = e4m3");
+    a.quant = Quant::kPerHead;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument q_descale is null");
+  }
+  SECTION("e4m3 with quant none") {
+    a.dtype = DType::kE4m3;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument quant = none is not allowed with dtype e4m3");
+  }
+  SECTION("bf16 with descales") {
+    float* scale = static_cast<float*>(device_alloc(64));
+    a.q_descale = {scale, 0, 0};
+    expect_rejected(a, ErrorCode::kInvalidArgument, "q_descale, k_descale, v_descale must be null with dtype bf16");
+  }
+  SECTION("bf16 with out_dtype fp16") {
+    a.out_dtype = DType::kFp16;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument out_dtype = fp16 is not allowed with dtype bf16");
   }
 }
 

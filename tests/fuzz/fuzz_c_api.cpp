@@ -242,6 +242,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int32_t dtype = in.ConsumeIntegralInRange<int>(0, 15) == 15 ? in.ConsumeIntegral<int32_t>()
                                                                     : in.ConsumeIntegralInRange<int>(0, 2);
   std::memcpy(&p.dtype, &dtype, sizeof(dtype));
+  // out_dtype and quant as a caller sets them: mostly the init default / a valid value, sometimes any int.
+  const int32_t out_dtype = in.ConsumeIntegralInRange<int>(0, 15) == 15 ? in.ConsumeIntegral<int32_t>()
+                                                                        : in.ConsumeIntegralInRange<int>(-1, 2);
+  std::memcpy(&p.out_dtype, &out_dtype, sizeof(out_dtype));
+  p.quant = in.ConsumeIntegralInRange<int>(0, 15) == 15 ? in.ConsumeIntegral<int32_t>() : in.ConsumeIntegralInRange<int>(0, 2);
   p.causal = in.ConsumeIntegralInRange<int>(0, 15) == 15 ? in.ConsumeIntegral<int32_t>() : in.ConsumeBool();
   p.batch = pick_extent(in);
   p.seqlen_q = pick_extent(in);

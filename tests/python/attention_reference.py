@@ -5,6 +5,11 @@ Two references per case: `upcast=True` is the float32 "truth"; `upcast=False, re
 math done in the input dtype (scores, softmax output and P.V rounded to fp16/bf16), the error a plain
 PyTorch implementation makes. A kernel passes when its error is at most twice that, plus twice the output
 dtype's rounding noise at the output's magnitude.
+
+FP8 (e4m3): quantize_e4m3 makes inputs with power-of-two descales per scale group, and
+check_fp8_against_reference applies the same rule with an fp8 baseline (fp32 scores, P rounded to e4m3) in
+place of the in-dtype math and a float64 reference on the dequantised inputs (testing/reference.h does the same
+in C++).
 """
 
 import math
@@ -88,4 +93,89 @@ def check_against_reference(out, lse, q, k, v, causal, softmax_scale=None):
         lse_allowed = LSE_ATOL + LSE_RTOL * visible_ref.abs()
         worst = (lse_err - lse_allowed).max().item() if lse_err.numel() else -1.0
         assert worst <= 0, f"lse off by up to {lse_err.max().item():.3e} (allowed {LSE_ATOL} + {LSE_RTOL}*|lse|)"
+    return err, allowed
+
+
+# ---- FP8 (e4m3) ---------------------------------------------------------------------------------------------
+
+E4M3_MAX = 448.0
+# The FP8 tensor cores accumulate S = Q.K^T with about 2^-13 relative precision (docs/hopper-ptx.md §1, "FP8
+# accuracy"); the lse may be off by this fraction of softmax_scale * sum_i |q_i k_i| (testing/reference.h,
+# kFp8AccumRelTol: the C++ tests' margin of about 16).
+FP8_ACCUM_REL_TOL = 2.0 ** -9
+
+
+def quantize_e4m3(x, group_ids, num_groups, generator=None):
+    """x (float, on any device) and group_ids (int64, x's shape: the scale group of each element) ->
+    (x8 float8_e4m3fn, descale float32 (num_groups,)). Each group is first scaled by a random power of two in
+    [1/4, 4] (so that the descales differ), then gets the power-of-two descale that brings its amax to at most
+    448: x8 * descale[group_ids] is then an exact value (testing/attention_problem.cpp does the same)."""
+    factor = torch.pow(2.0, torch.randint(-2, 3, (num_groups,), generator=generator).float()).to(x.device)
+    scaled = x.float() * factor[group_ids]
+    amax = torch.zeros(num_groups, device=x.device).scatter_reduce(0, group_ids.flatten(), scaled.abs().flatten(),
+                                                                   "amax")
+    descale = torch.where(amax > 0, torch.pow(2.0, torch.ceil(torch.log2(amax.clamp_min(1e-30) / E4M3_MAX))),
+                          torch.ones_like(amax))
+    x8 = (scaled / descale[group_ids]).to(torch.float8_e4m3fn)
+    return x8, descale.float()
+
+
+def fp8_baseline(q, k, v, causal, softmax_scale, out_dtype):
+    """The error an honest FP8 implementation makes (FA3's fp8 baseline, testing/reference.cpp with
+    baseline_p_e4m3): q, k, v dequantised (float), scores and softmax in float32, the unnormalised P rounded to
+    e4m3 after scaling by 2^8 (and scaled back) before P.V, the row sum from the unrounded P; out in out_dtype."""
+    seqlen_q, num_heads, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    seqlen_k, num_heads_kv = k.shape[1], k.shape[2]
+    group = num_heads // num_heads_kv
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    qt = q.float().permute(0, 2, 1, 3)
+    kt = k.float().permute(0, 2, 1, 3).repeat_interleave(group, dim=1)
+    vt = v.float().permute(0, 2, 1, 3).repeat_interleave(group, dim=1)
+    scores = torch.matmul(qt, kt.transpose(-1, -2)) * scale
+    if causal:
+        scores = scores.masked_fill(causal_mask(seqlen_q, seqlen_k, q.device), NEG_INF)
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    p = torch.exp(scores - row_max)
+    p8 = (p * 256.0).to(torch.float8_e4m3fn).float() / 256.0
+    row_sum = p.sum(dim=-1, keepdim=True)
+    out = torch.matmul(p8, vt) / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))
+    return out.permute(0, 2, 1, 3).to(out_dtype)
+
+
+def check_fp8_against_reference(out, lse, q, k, v, causal, softmax_scale=None):
+    """FA3's FP8 rule: q, k, v are the dequantised inputs (float64 or float32, exact values of e4m3 times
+    power-of-two descales); out (in bf16 or fp16) must be within 2x the fp8 baseline's error plus 2x the output
+    dtype's rounding noise of the float64 reference; lse within LSE_ATOL + LSE_RTOL |lse| plus the FP8
+    accumulation slack. Returns (err, allowed)."""
+    out_ref, lse_ref = attention_ref(q.double(), k.double(), v.double(), causal, softmax_scale, upcast=False)
+    baseline = fp8_baseline(q, k, v, causal, softmax_scale, out.dtype)
+    assert not torch.isnan(out).any(), "out has NaN"
+    err = (out.double() - out_ref).abs().max().item()
+    base_err = (baseline.double() - out_ref).abs().max().item()
+    out_ref_dt = out_ref.to(out.dtype)
+    rounding = (out_ref_dt + 0.3 - 0.3 - out_ref_dt).abs().max().item()
+    allowed = 2 * base_err + 2 * rounding
+    assert err <= allowed, (f"max |out - ref| = {err:.3e} > {allowed:.3e} (2 x fp8 baseline {base_err:.3e} + "
+                            f"2 x rounding {rounding:.3e})")
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    n_empty = empty_row_count(seqlen_q, seqlen_k, causal)
+    if n_empty:
+        assert torch.count_nonzero(out[:, :n_empty]).item() == 0, "rows that see no key must be exactly 0"
+    if lse is not None:
+        scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[3])
+        group = q.shape[2] // k.shape[2]
+        qa = q.double().abs().permute(0, 2, 1, 3)
+        ka = k.double().abs().permute(0, 2, 1, 3).repeat_interleave(group, dim=1)
+        dot_abs = torch.matmul(qa, ka.transpose(-1, -2))
+        if causal:
+            dot_abs = dot_abs.masked_fill(causal_mask(seqlen_q, seqlen_k, q.device), 0.0)
+        slack = FP8_ACCUM_REL_TOL * scale * dot_abs.amax(dim=-1)                 # (b, h, sq)
+        if n_empty:
+            assert torch.all(lse[:, :, :n_empty] == NEG_INF), "lse of rows that see no key must be -inf"
+        visible_lse, visible_ref = lse[:, :, n_empty:].double(), lse_ref[:, :, n_empty:]
+        lse_err = (visible_lse - visible_ref).abs()
+        lse_allowed = LSE_ATOL + LSE_RTOL * visible_ref.abs() + slack[:, :, n_empty:]
+        worst = (lse_err - lse_allowed).max().item() if lse_err.numel() else -1.0
+        assert worst <= 0, f"lse off by up to {lse_err.max().item():.3e} (allowed {LSE_ATOL} + {LSE_RTOL}*|lse| + fp8 slack)"
     return err, allowed

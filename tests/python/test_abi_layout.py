@@ -1,6 +1,7 @@
 """The ctypes structs of fa3jit._capi have the same size and field offsets as fa3jit.h compiled by C, and
-PARAMS_CALL_STRUCT (the struct-module image of the per-call fields of fa3jit_forward_params that
-flash_attn_func packs on every call) lays out the same bytes as the C compiler.
+PARAMS_CALL_STRUCT and PARAMS_FP8_CALL_STRUCT (the struct-module images of the per-call fields of
+fa3jit_forward_params that flash_attn_func packs on every 16-bit and e4m3 call) lay out the same bytes as the C
+compiler.
 
 A mismatch would hand the library shifted fields (a stride read as a pointer), so it is checked against the
 real header with the C compiler rather than trusted."""
@@ -15,6 +16,7 @@ from support import ROOT, needs_cc
 
 STRUCTS = {
     "fa3jit_tensor": _capi.Tensor,
+    "fa3jit_scale": _capi.Scale,
     "fa3jit_runtime_options": _capi.RuntimeOptions,
     "fa3jit_forward_params": _capi.ForwardParams,
     "fa3jit_kernel_info": _capi.KernelInfo,
@@ -29,6 +31,10 @@ CONSTANTS = {
     "FA3JIT_DTYPE_FP16": _capi.DTYPE_FP16,
     "FA3JIT_DTYPE_BF16": _capi.DTYPE_BF16,
     "FA3JIT_DTYPE_E4M3": _capi.DTYPE_E4M3,
+    "FA3JIT_DTYPE_DEFAULT": _capi.DTYPE_DEFAULT,
+    "FA3JIT_QUANT_NONE": _capi.QUANT_NONE,
+    "FA3JIT_QUANT_PER_HEAD": _capi.QUANT_PER_HEAD,
+    "FA3JIT_QUANT_PER_BLOCK": _capi.QUANT_PER_BLOCK,
 }
 
 # Distinct values for every field that PARAMS_CALL_STRUCT packs, in its order (a field packed at the wrong
@@ -45,6 +51,16 @@ PARAMS_VALUES = (
     ("lse", 0x7F0000005000), ("softmax_scale", 0.375),
 )
 
+# The same for PARAMS_FP8_CALL_STRUCT: an e4m3 call packs every field from dtype to the end (the workspace
+# fields as NULL / 0).
+FP8_PARAMS_VALUES = (
+    (("dtype", 2),) + PARAMS_VALUES[1:] + (
+        ("workspace", 0), ("workspace_bytes", 0), ("out_dtype", 0), ("quant", 2),
+        ("q_descale.data", 0x7F0000006000), ("q_descale.stride_batch", 71), ("q_descale.stride_head", 73),
+        ("k_descale.data", 0x7F0000007000), ("k_descale.stride_batch", 79), ("k_descale.stride_head", 83),
+        ("v_descale.data", 0x7F0000008000), ("v_descale.stride_batch", 0), ("v_descale.stride_head", 89))
+)
+
 
 def _c_program():
     lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <fa3jit/fa3jit.h>", "int main(void) {",
@@ -59,16 +75,21 @@ def _c_program():
             lines.append(f'  printf("{comma}\\"{c_name}.{field}\\": %zu", (size_t)({expression}));')
     for name in CONSTANTS:
         lines.append(f'  printf(",\\"{name}\\": %d", (int)({name}));')
-    # The bytes of a params struct filled field by field (padding zeroed as by fa3jit_forward_params_init).
-    lines += ["  fa3jit_forward_params p;", "  fa3jit_forward_params_init(&p);"]
-    for field, value in PARAMS_VALUES:
-        if field.endswith(".data") or field == "lse":
-            lines.append(f"  p.{field} = (void*)(uintptr_t){value:#x}ULL;")
-        else:
-            lines.append(f"  p.{field} = {value};")
-    lines += ['  printf(",\\"params_bytes\\": \\"");',
-              "  for (size_t i = 0; i < sizeof(p); ++i) printf(\"%02x\", ((const unsigned char*)&p)[i]);",
-              '  printf("\\"}\\n");', "  return 0;", "}"]
+    # The bytes of params structs filled field by field (padding zeroed as by fa3jit_forward_params_init).
+    for key, values in (("params_bytes", PARAMS_VALUES), ("fp8_params_bytes", FP8_PARAMS_VALUES)):
+        lines += ["  {", "  fa3jit_forward_params p;", "  fa3jit_forward_params_init(&p);"]
+        for field, value in values:
+            if field.endswith(".data") or field in ("lse", "workspace"):
+                cast = "(const float*)" if "descale" in field else "(void*)"
+                lines.append(f"  p.{field} = {cast}(uintptr_t){value:#x}ULL;")
+            elif field in ("dtype", "out_dtype"):
+                lines.append(f"  p.{field} = (fa3jit_dtype){value};")
+            else:
+                lines.append(f"  p.{field} = {value};")
+        lines += [f'  printf(",\\"{key}\\": \\"");',
+                  "  for (size_t i = 0; i < sizeof(p); ++i) printf(\"%02x\", ((const unsigned char*)&p)[i]);",
+                  '  printf("\\"");', "  }"]
+    lines += ['  printf("}\\n");', "  return 0;", "}"]
     return "\n".join(lines) + "\n"
 
 
@@ -99,23 +120,56 @@ def _packed_params():
     return params
 
 
+def _packed_fp8_params():
+    """A ForwardParams as an e4m3 call of flash_attn_func fills it."""
+    params = _capi.ForwardParams()
+    _capi.PARAMS_FP8_CALL_STRUCT.pack_into(params, _capi.PARAMS_CALL_OFFSET,
+                                           *(value for _, value in FP8_PARAMS_VALUES))
+    return params
+
+
 @needs_cc
 def test_packed_params_are_the_bytes_c_lays_out(tmp_path):
-    c_bytes = bytes.fromhex(_c_layout(tmp_path)["params_bytes"])
-    assert bytes(_packed_params()) == c_bytes
+    layout = _c_layout(tmp_path)
+    assert bytes(_packed_params()) == bytes.fromhex(layout["params_bytes"])
+    assert bytes(_packed_fp8_params()) == bytes.fromhex(layout["fp8_params_bytes"])
+
+
+@needs_cc
+def test_size_before_the_e4m3_fields_is_where_out_dtype_starts(tmp_path):
+    """A caller of the header before the e4m3 fields passes this struct_size (fa3jit.h, "Growth")."""
+    layout = _c_layout(tmp_path)
+    assert _capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3 == layout["fa3jit_forward_params.out_dtype"]
+    assert _capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3 == layout["fa3jit_forward_params.workspace_bytes"] + 8
+
+
+def _field(params, field):
+    holder = params
+    for part in field.split("."):
+        holder = getattr(holder, part)
+    return holder
 
 
 def test_packed_params_equal_the_ctypes_struct():
     """Without a C compiler: pack_into a ForwardParams and read every field back through ctypes."""
     params = _packed_params()
     for field, value in PARAMS_VALUES:
-        holder = params
-        for part in field.split("."):
-            holder = getattr(holder, part)
-        assert holder == value, field
+        assert _field(params, field) == value, field
     assert params.struct_size == ctypes.sizeof(_capi.ForwardParams)
     assert params.workspace is None and params.workspace_bytes == 0
+    # The e4m3 fields keep the defaults ForwardParams() set, as fa3jit_forward_params_init does.
+    assert params.out_dtype == _capi.DTYPE_DEFAULT and params.quant == _capi.QUANT_NONE
+    assert params.q_descale.data is None and params.v_descale.stride_head == 0
     # The packed fields end where softmax_scale ends; only padding and the workspace fields follow.
     assert _capi.PARAMS_CALL_OFFSET == _capi.ForwardParams.dtype.offset
     assert (_capi.PARAMS_CALL_OFFSET + _capi.PARAMS_CALL_STRUCT.size
             == _capi.ForwardParams.softmax_scale.offset + ctypes.sizeof(ctypes.c_float))
+
+
+def test_packed_fp8_params_equal_the_ctypes_struct():
+    params = _packed_fp8_params()
+    for field, value in FP8_PARAMS_VALUES:
+        expected = None if value == 0 and (field.endswith(".data") or field == "workspace") else value
+        assert _field(params, field) == expected, field
+    assert params.struct_size == ctypes.sizeof(_capi.ForwardParams)
+    assert _capi.PARAMS_CALL_OFFSET + _capi.PARAMS_FP8_CALL_STRUCT.size == ctypes.sizeof(_capi.ForwardParams)

@@ -57,7 +57,7 @@ def test_capabilities_json_parses_and_lists_what_the_build_generates():
     assert caps["abi_version"] == _capi.ABI_VERSION == 2
     assert caps["version"] == fa3jit.version()
     attention = caps["families"]["attention_fwd"]
-    assert attention["dtypes"] == ["fp16", "bf16"]
+    assert attention["dtypes"] == ["fp16", "bf16", "e4m3"]
     assert attention["head_dims"] == [64, 128, 256]
     assert attention["head_dim_v_may_differ"] is False
     assert {"causal", "gqa", "mqa", "lse"} <= set(attention["features"])
@@ -115,6 +115,13 @@ def runtime(tmp_path_factory):
     (dict(causal=2), "causal is 2"),
     (dict(softmax_scale=float("nan")), "softmax_scale"),
     (dict(struct_size=8), "struct_size is 8"),
+    # Between the header before the e4m3 fields and this one: no header's size.
+    (dict(struct_size=_capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3 + 8), "struct_size is 240"),
+    # The e4m3 enums are read as 32-bit integers and range-checked before any other use.
+    (dict(quant=3), "params.quant is 3"),
+    (dict(quant=-1), "params.quant is -1"),
+    (dict(out_dtype=3), "params.out_dtype is 3"),
+    (dict(out_dtype=-2), "params.out_dtype is -2"),
 ])
 def test_forward_rejects_bad_params_before_any_launch(runtime, fields, needle):
     with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)) as info:
@@ -130,14 +137,71 @@ def test_forward_rejects_bad_params_before_any_launch(runtime, fields, needle):
     (dict(batch=0), "invalid_argument", ["batch"]),
     (dict(seqlen_k=-5), "invalid_argument", ["seqlen_k"]),
     (dict(softmax_scale=-1.0), "invalid_argument", ["softmax_scale"]),
-    (dict(dtype=_capi.DTYPE_E4M3), "unsupported", ["e4m3"]),
     (dict(head_dim_v=64), "unsupported", ["head_dim_v"]),
+    (dict(dtype=_capi.DTYPE_E4M3), "invalid_argument", ["quant = none", "per_head or per_block"]),
+    (dict(dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD, head_dim=96, head_dim_v=96), "invalid_argument",
+     ["head_dim = 96", "e4m3"]),
+    (dict(dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD, out_dtype=_capi.DTYPE_E4M3), "invalid_argument",
+     ["out_dtype = e4m3", "bf16 or fp16"]),
+    (dict(quant=_capi.QUANT_PER_HEAD), "invalid_argument", ["quant = per_head", "bf16"]),
+    (dict(out_dtype=_capi.DTYPE_FP16), "invalid_argument", ["out_dtype = fp16", "bf16"]),
+    (dict(q_descale=_capi.Scale(0x7F0000100000, 0, 0)), "invalid_argument", ["q_descale", "must be null"]),
 ])
 def test_runtime_shape_checks_come_before_the_driver(runtime, fields, status_name, needles):
     with pytest.raises(fa3jit.Fa3jitValueError) as info:
         runtime.forward(_params(**fields), 0)
     assert info.value.status_name == status_name
     assert all(needle in str(info.value) for needle in needles), str(info.value)
+
+
+def test_a_caller_of_the_header_before_the_e4m3_fields_is_read_as_a_16_bit_call(runtime):
+    """struct_size = offsetof(out_dtype): the bytes after it are not read (here they hold an invalid quant and
+    out_dtype), and the call goes on to the shape checks as a 16-bit call."""
+    old = _capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3
+    params = _params(struct_size=old, head_dim=80, head_dim_v=80, quant=99, out_dtype=99)
+    with pytest.raises(fa3jit.Fa3jitValueError, match="head_dim = 80") as info:
+        runtime.forward(params, 0)
+    assert info.value.status_name == "invalid_argument"
+    assert runtime.workspace_size(_params(struct_size=old, quant=99)) == 0
+    # Such a caller cannot describe an e4m3 call (it has no quant field): refused like quant NONE.
+    with pytest.raises(fa3jit.Fa3jitValueError, match="quant = none"):
+        runtime.forward(_params(struct_size=old, dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD), 0)
+
+
+# ---- fa3jit_attention_quant_blocks ----------------------------------------------------------------------
+
+def test_quant_blocks_are_the_tile_of_the_e4m3_kernel():
+    """The numbers come from the tile table (kernels/attention_fwd/tile_table.cpp: FA3's fp8 tiles); a change
+    of the table's e4m3 tiles changes them here too."""
+    assert fa3jit.fp8_quant_blocks(128) == (128, 224)
+    assert fa3jit.fp8_quant_blocks(256) == (128, 128)
+    for head_dim in (64, 128, 256):
+        assert fa3jit.fp8_quant_blocks(head_dim, causal=True) == _capi.quant_blocks(head_dim, True)
+
+
+@pytest.mark.parametrize("head_dim, causal, needle", [
+    (96, False, "head_dim = 96"),
+    (1 << 40, False, "head_dim = 1099511627776"),
+    (0, False, "head_dim = 0"),
+])
+def test_quant_blocks_reject_what_e4m3_does_not_support(head_dim, causal, needle):
+    with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)) as info:
+        fa3jit.fp8_quant_blocks(head_dim, causal)
+    assert info.value.status_name == "invalid_argument"
+    assert "expected one of" in str(info.value)
+
+
+def test_quant_blocks_argument_errors():
+    lib = _capi.library()
+    block = ctypes.c_int32()
+    assert _status_name(lib.fa3jit_attention_quant_blocks(None, 128, 2, ctypes.byref(block),
+                                                          ctypes.byref(block))) == "invalid_argument"
+    assert "causal is 2" in _last_error()
+    assert _status_name(lib.fa3jit_attention_quant_blocks(None, 128, 0, None, ctypes.byref(block))) \
+        == "invalid_argument"
+    assert "block_m or block_n is NULL" in _last_error()
+    with pytest.raises(TypeError, match="kernel"):
+        fa3jit.fp8_quant_blocks(128, kernel="not a kernel")
 
 
 def test_forward_with_null_runtime_or_params_is_refused(runtime):
@@ -296,7 +360,8 @@ def test_kernel_create_argument_errors(runtime):
     ('{"dtype": "bf16", "head_dim": 128, "bogus_field": 1}', "invalid_spec", "bogus_field"),
     ('{"dtype": "bf16", ', "invalid_spec", "not valid JSON"),
     ('{"kind": "no_such_family", "dtype": "bf16"}', "invalid_spec", "no_such_family"),
-    ('{"dtype": "e4m3", "head_dim": 128}', "unsupported", "e4m3"),
+    ('{"dtype": "e4m3", "head_dim": 96}', "invalid_spec", "head_dim"),
+    ('{"dtype": "bf16", "head_dim": 128, "quant": "per_head"}', "invalid_spec", "quant"),
 ])
 def test_kernel_create_rejects_bad_specs_before_the_driver(runtime, spec, status_name, needle):
     with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)) as info:
@@ -419,7 +484,8 @@ def test_kernel_from_a_dict_spec_is_the_same_kernel(runtime, causal_kernel):
     ('{"dtype": "bf16", "head_dim": 80}', "invalid_spec", "head_dim"),
     ('{"dtype": "bf16", "head_dim": 128, "bogus_field": 1}', "invalid_spec", "bogus_field"),
     ('{"dtype": "bf16", ', "invalid_spec", "not valid JSON"),
-    ('{"dtype": "e4m3", "head_dim": 128}', "unsupported", "e4m3"),
+    ('{"dtype": "e4m3", "head_dim": 96}', "invalid_spec", "head_dim"),
+    ('{"dtype": "e4m3", "head_dim": 128, "out_dtype": "e4m3"}', "invalid_spec", "out_dtype"),
 ])
 def test_compile_spec_rejects_bad_specs(runtime, spec, status_name, needle):
     with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)) as info:

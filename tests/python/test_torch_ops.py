@@ -31,13 +31,15 @@ def _reference(q, k, v, softmax_scale, causal):
     return out.contiguous(), lse.contiguous()
 
 
-def _cpu_plain(q, k, v, softmax_scale=None, causal=False, return_lse=False, kernel_spec=None):
+def _cpu_plain(q, k, v, softmax_scale=None, causal=False, return_lse=False, kernel_spec=None, q_descale=None,
+               k_descale=None, v_descale=None, out_dtype=None):
     _cpu_calls.append(("flash_attn_func", kernel_spec))
     out, lse = _reference(q, k, v, softmax_scale, causal)
     return out, (lse if return_lse else q.new_empty((0,), dtype=torch.float32))
 
 
-def _cpu_out(q, k, v, out, softmax_scale=None, causal=False, return_lse=False, kernel_spec=None):
+def _cpu_out(q, k, v, out, softmax_scale=None, causal=False, return_lse=False, kernel_spec=None, q_descale=None,
+             k_descale=None, v_descale=None, out_dtype=None):
     _cpu_calls.append(("flash_attn_func_out", kernel_spec))
     result, lse = _reference(q, k, v, softmax_scale, causal)
     out.copy_(result)

@@ -10,6 +10,8 @@
  *   fa3jit_forward_params_init(&p);                           // zero + struct_size
  *   p.dtype = FA3JIT_DTYPE_BF16; p.batch = ...; p.q.data = ...; ...
  *   fa3jit_status s = fa3jit_attention_forward(rt, NULL, &p, stream);  // asynchronous on `stream`
+ *   // FP8: p.dtype = FA3JIT_DTYPE_E4M3; p.quant = FA3JIT_QUANT_PER_HEAD;        // out bf16 unless p.out_dtype
+ *   //      p.q_descale = (fa3jit_scale){q_descale, num_heads_kv, 1}; ... k_descale, v_descale alike
  *   fa3jit_runtime_destroy(rt);
  *
  * A caller that pins a kernel (a tuned spec) creates it once and passes the handle on every call; no JSON
@@ -62,7 +64,7 @@ typedef enum fa3jit_status {
   FA3JIT_ERROR_INVALID_SPEC = 1,     /* a JSON spec field is unknown, of the wrong type, out of range, infeasible */
   FA3JIT_ERROR_INVALID_ARGUMENT = 2, /* a NULL handle/pointer, a bad struct_size or enum value, or a launch
                                         argument (pointer, alignment, stride, shape, head count) not accepted */
-  FA3JIT_ERROR_UNSUPPORTED = 3,      /* valid request this build does not implement yet (e.g. E4M3) */
+  FA3JIT_ERROR_UNSUPPORTED = 3,      /* valid request this build does not implement yet (e.g. head_dim_v != head_dim) */
   FA3JIT_ERROR_COMPILE_FAILED = 4,   /* NVRTC rejected the generated source; the message holds its log */
   FA3JIT_ERROR_NO_DRIVER = 5,        /* libcuda.so.1 could not be opened or lacks an entry point */
   FA3JIT_ERROR_DRIVER = 6,           /* a CUDA driver call failed, including the launch itself */
@@ -104,10 +106,19 @@ FA3JIT_API void fa3jit_runtime_destroy(fa3jit_runtime* runtime);
 /* ---- forward ----------------------------------------------------------------------------------------- */
 
 typedef enum fa3jit_dtype {
-  FA3JIT_DTYPE_FP16 = 0, /* IEEE half */
-  FA3JIT_DTYPE_BF16 = 1, /* bfloat16 */
-  FA3JIT_DTYPE_E4M3 = 2  /* float8 e4m3fn: reserved, rejected with UNSUPPORTED in this release */
+  FA3JIT_DTYPE_DEFAULT = -1, /* out_dtype only: the input dtype's default output (see fa3jit_forward_params) */
+  FA3JIT_DTYPE_FP16 = 0,     /* IEEE half */
+  FA3JIT_DTYPE_BF16 = 1,     /* bfloat16 */
+  FA3JIT_DTYPE_E4M3 = 2      /* float8 e4m3fn (OCP FP8, no infinities); inputs only, with descales */
 } fa3jit_dtype;
+
+/* How e4m3 inputs are scaled: which descale layout fa3jit_forward_params.q_descale/k_descale/v_descale hold
+ * (spec field "quant", kernels/attention_fwd/spec.h). Stored in an int32_t field, range-checked as one. */
+typedef enum fa3jit_quant {
+  FA3JIT_QUANT_NONE = 0,      /* fp16/bf16 inputs: no descales (the only value allowed for them) */
+  FA3JIT_QUANT_PER_HEAD = 1,  /* e4m3: one descale per (batch, kv head) for each of q, k, v (FA3's contract) */
+  FA3JIT_QUANT_PER_BLOCK = 2  /* e4m3: one per row block of q and k, one per (kv head, channel) of v */
+} fa3jit_quant;
 
 /* A (batch, seqlen, heads, dim) tensor in device memory. The dim axis is contiguous (stride 1); the other
  * strides are in ELEMENTS (not bytes), may be anything (e.g. views into a fused qkv buffer) but must be
@@ -120,21 +131,47 @@ typedef struct fa3jit_tensor {
   int64_t stride_head;
 } fa3jit_tensor;
 
+/* FP32 descale factors of one e4m3 input in device memory (the stored value times its descale is the real
+ * value), indexed (batch, head, i): data[batch * stride_batch + head * stride_head + i]; strides in ELEMENTS,
+ * non-negative (0 broadcasts), i contiguous; data 4-byte aligned. Shapes per fa3jit_quant:
+ *   PER_HEAD : q_descale, k_descale, v_descale (batch, num_heads_kv), i = 0 only. FA3's contract; a per-tensor
+ *              scale is one float with stride_batch = stride_head = 0.
+ *   PER_BLOCK: q_descale (batch, num_heads,    ceil(seqlen_q / block_m)): one per block_m query rows,
+ *              k_descale (batch, num_heads_kv, ceil(seqlen_k / block_n)): one per block_n key rows,
+ *              v_descale (batch, num_heads_kv, head_dim_v): one per V channel;
+ *              block_m, block_n of the kernel that runs (fa3jit_attention_quant_blocks). */
+typedef struct fa3jit_scale {
+  const float* data;
+  int64_t stride_batch;
+  int64_t stride_head;
+} fa3jit_scale;
+
 /* One attention forward: out = softmax(softmax_scale * q k^T + mask) v, per batch and head.
  *
  * Layout (FlashAttention's):  q   (batch, seqlen_q, num_heads,    head_dim)
  *                             k   (batch, seqlen_k, num_heads_kv, head_dim)
  *                             v   (batch, seqlen_k, num_heads_kv, head_dim_v)
- *                             out (batch, seqlen_q, num_heads,    head_dim_v), same dtype as q
+ *                             out (batch, seqlen_q, num_heads,    head_dim_v), dtype out_dtype
  *                             lse (batch, num_heads, seqlen_q) float32, contiguous; natural-log
  *                                 log-sum-exp of the scaled scores of each row (NULL = not written)
  * GQA/MQA: num_heads must be a multiple of num_heads_kv; query head h reads kv head h / (num_heads/num_heads_kv).
  * Causal: bottom-right aligned as in FlashAttention >= 2.1: query row i sees keys j <= i + seqlen_k - seqlen_q.
  *   A row that sees no key (seqlen_q > seqlen_k) gets out = 0 and lse = -inf.
- * head_dim, head_dim_v: the pairs fa3jit_capabilities_json() lists; head_dim_v 0 means head_dim. */
+ * head_dim, head_dim_v: the pairs fa3jit_capabilities_json() lists; head_dim_v 0 means head_dim.
+ * E4M3 (FP8) inputs: dtype FA3JIT_DTYPE_E4M3, quant PER_HEAD or PER_BLOCK and the three descales (fa3jit_scale);
+ *   the scores are (q * q_descale) . (k * k_descale), out = P (v * v_descale) in out_dtype (BF16 by default, or
+ *   FP16); softmax_scale applies on top of the descales. fp16/bf16 inputs: quant NONE, descales NULL.
+ *
+ * Growth: the fields from out_dtype on were appended with e4m3 (ABI version 2 still). A caller compiled against
+ * the header before them passes struct_size = offsetof(fa3jit_forward_params, out_dtype) (232 bytes on LP64):
+ * that call is read as out_dtype DEFAULT, quant NONE, no descales, i.e. a 16-bit call as before. Any other
+ * struct_size below sizeof(fa3jit_forward_params) is INVALID_ARGUMENT. The other way round, a library from
+ * before these fields refuses a struct of this header whatever it holds (out_dtype's default is not zero bytes,
+ * see the struct_size rule above); a caller that must also run on such a library passes the old size for its
+ * 16-bit calls. */
 typedef struct fa3jit_forward_params {
   size_t struct_size; /* sizeof(fa3jit_forward_params) as compiled by the caller */
-  fa3jit_dtype dtype; /* of q, k, v and out; any other value is INVALID_ARGUMENT (read as a 32-bit integer) */
+  fa3jit_dtype dtype; /* of q, k, v; any other value is INVALID_ARGUMENT (read as a 32-bit integer) */
   int32_t causal;     /* 0 or 1 */
   int64_t batch, seqlen_q, seqlen_k, num_heads, num_heads_kv, head_dim, head_dim_v;
   fa3jit_tensor q, k, v, out;
@@ -144,12 +181,23 @@ typedef struct fa3jit_forward_params {
    * so that a call allocates nothing and stays valid inside a CUDA graph. */
   void* workspace;
   size_t workspace_bytes;
+  /* ---- appended for e4m3 inputs; fa3jit_forward_params_init sets the defaults ---- */
+  /* dtype of out: FA3JIT_DTYPE_DEFAULT (= dtype for fp16/bf16, BF16 for E4M3), or explicitly: for fp16/bf16
+   * inputs only dtype itself, for E4M3 inputs BF16 or FP16. Read as a 32-bit integer; another value is
+   * INVALID_ARGUMENT. Note: 0 is FA3JIT_DTYPE_FP16, not the default, so set the default (the init function
+   * does) in a struct filled by hand. */
+  fa3jit_dtype out_dtype;
+  int32_t quant;              /* an fa3jit_quant: NONE for fp16/bf16, PER_HEAD or PER_BLOCK for E4M3 */
+  fa3jit_scale q_descale;     /* E4M3 only (data NULL otherwise); see fa3jit_scale for the shapes */
+  fa3jit_scale k_descale;
+  fa3jit_scale v_descale;
 } fa3jit_forward_params;
 
-/* Zero-fills *params and sets struct_size. */
+/* Zero-fills *params, sets struct_size and out_dtype = FA3JIT_DTYPE_DEFAULT (quant NONE, descales NULL). */
 static inline void fa3jit_forward_params_init(fa3jit_forward_params* params) {
   memset(params, 0, sizeof(*params));
   params->struct_size = sizeof(fa3jit_forward_params);
+  params->out_dtype = FA3JIT_DTYPE_DEFAULT;
 }
 
 /* ---- kernels ------------------------------------------------------------------------------------------ */
@@ -176,10 +224,12 @@ FA3JIT_API void fa3jit_kernel_destroy(fa3jit_kernel* kernel);
  * Asynchronous: the kernel may still run when this returns; errors of the kernel itself surface at the next
  * synchronisation of the stream. No allocation, synchronisation or compilation once warm (graph-safe).
  * Errors (argument checks come before anything touches device memory):
- *   INVALID_ARGUMENT: runtime or params NULL; a stale handle; struct_size, dtype, causal or softmax_scale
- *     (NaN/inf) out of range; a NULL or misaligned tensor pointer; a stride not a multiple of 16 bytes; a
- *     size < 1; num_heads not a multiple of num_heads_kv; an extent past its allocation; overlapping
- *     outputs; a kernel of another family or one that disagrees with the params;
+ *   INVALID_ARGUMENT: runtime or params NULL; a stale handle; struct_size, dtype, out_dtype, quant, causal or
+ *     softmax_scale (NaN/inf) out of range; an out_dtype or quant the dtype does not allow; a NULL or misaligned
+ *     tensor pointer; a stride not a multiple of 16 bytes; a size < 1; num_heads not a multiple of
+ *     num_heads_kv; an extent past its allocation; overlapping outputs; for E4M3 a NULL, misaligned, negatively
+ *     strided or out-of-allocation descale, for fp16/bf16 a non-NULL one; a kernel of another family or one
+ *     that disagrees with the params (dtype, out_dtype, quant, head dims, causal);
  *   UNSUPPORTED: a dtype or head dims this build does not generate (see fa3jit_capabilities_json);
  *   COMPILE_FAILED; NO_DRIVER; DRIVER (a driver call or the launch failed); CACHE; INTERNAL. */
 FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
@@ -190,6 +240,16 @@ FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const
  * Errors: INVALID_ARGUMENT (NULL arguments, struct_size). */
 FA3JIT_API fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3jit_forward_params* params,
                                                          size_t* bytes);
+
+/* The row blocks of PER_BLOCK descales (fa3jit_scale): *block_m query rows per q_descale entry, *block_n key rows
+ * per k_descale entry, for the E4M3 kernel that a call runs: `kernel`'s spec when given (head_dim and causal are
+ * then ignored), else the tile table's E4M3 kernel for (head_dim, causal). A call with causal = 1 and
+ * seqlen_q = 1 runs the non-causal kernel (no key is hidden from a single bottom-right aligned row): ask with
+ * causal = 0 for it. Needs no GPU and no runtime.
+ * Errors: INVALID_ARGUMENT (block_m or block_n NULL, causal not 0 or 1, a stale kernel handle or one of another
+ *   family, a head_dim that E4M3 does not support: the message lists the supported ones). */
+FA3JIT_API fa3jit_status fa3jit_attention_quant_blocks(const fa3jit_kernel* kernel, int64_t head_dim, int32_t causal,
+                                                       int32_t* block_m, int32_t* block_n);
 
 /* ---- compile (warm-up and tooling) ------------------------------------------------------------------- */
 

@@ -6,9 +6,11 @@ against torch.
     import fa3jit
     out = fa3jit.flash_attn_func(q, k, v, causal=True)          # (batch, seqlen, heads, head_dim) tensors
     info = fa3jit.compile_spec('{"dtype": "bf16", "head_dim": 128}')   # warm the kernel cache, no GPU needed
-    fa3jit.capabilities()["families"]["attention_fwd"]["head_dims"]   # [64, 128, 256]
+    fa3jit.capabilities()["families"]["attention_fwd"]["dtypes"]      # ["fp16", "bf16", "e4m3"]
     k128 = fa3jit.Kernel({"dtype": "bf16", "head_dim": 128, "tile": {"block_n": 128}})   # a pinned spec
     out = fa3jit.flash_attn_func(q, k, v, kernel=k128)
+    out = fa3jit.flash_attn_func(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)  # float8_e4m3fn, bf16 out
+    fa3jit.fp8_quant_blocks(128)                                 # (block_m, block_n) of per-block descales
 
 The shared library is found at run time (fa3jit._capi explains the order): libfa3jit.so next to this package
 (a wheel bundles it there), else FA3JIT_LIBRARY, else <source tree>/build/libfa3jit.so, else the system loader.
@@ -23,10 +25,11 @@ from typing import Any, Dict
 from . import _torch_ops
 from ._capi import (ABI_VERSION, Fa3jitError, Fa3jitRuntimeError, Fa3jitValueError, Kernel, LibraryNotFoundError,
                     Runtime, Spec, capabilities, library_path, runtime, version)
-from .attention import flash_attn_func
+from .attention import flash_attn_func, fp8_quant_blocks
 
 __all__ = [
     "flash_attn_func",
+    "fp8_quant_blocks",
     "Kernel",
     "compile_spec",
     "capabilities",

@@ -56,10 +56,16 @@ STATUS_NAMES = {
 # The caller's request is at fault: Python reports these as ValueError, everything else as RuntimeError.
 VALUE_ERROR_STATUSES = frozenset({1, 2, 3})
 
-# fa3jit_dtype
+# fa3jit_dtype (DTYPE_DEFAULT: for ForwardParams.out_dtype only)
+DTYPE_DEFAULT = -1
 DTYPE_FP16 = 0
 DTYPE_BF16 = 1
 DTYPE_E4M3 = 2
+
+# fa3jit_quant
+QUANT_NONE = 0
+QUANT_PER_HEAD = 1
+QUANT_PER_BLOCK = 2
 
 KEY_CAPACITY = 80
 KERNEL_NAME_CAPACITY = 128
@@ -109,8 +115,19 @@ class RuntimeOptions(ctypes.Structure):
     ]
 
 
+class Scale(ctypes.Structure):
+    """fa3jit_scale: fp32 descales of one e4m3 input, data[batch * stride_batch + head * stride_head + i]
+    (strides in elements; fa3jit.h gives the shapes per quant)."""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("stride_batch", ctypes.c_int64),
+        ("stride_head", ctypes.c_int64),
+    ]
+
+
 class ForwardParams(ctypes.Structure):
-    """fa3jit_forward_params. Built with keywords, struct_size defaults to this struct's size."""
+    """fa3jit_forward_params. Built with keywords; struct_size defaults to this struct's size and out_dtype to
+    DTYPE_DEFAULT, as fa3jit_forward_params_init sets them."""
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("dtype", ctypes.c_int),
@@ -130,11 +147,22 @@ class ForwardParams(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
+        # Appended for e4m3 (fa3jit.h); a struct_size of FORWARD_PARAMS_SIZE_BEFORE_E4M3 leaves them out.
+        ("out_dtype", ctypes.c_int),
+        ("quant", ctypes.c_int32),
+        ("q_descale", Scale),
+        ("k_descale", Scale),
+        ("v_descale", Scale),
     ]
 
     def __init__(self, **fields: Any):
         fields.setdefault("struct_size", ctypes.sizeof(ForwardParams))
+        fields.setdefault("out_dtype", DTYPE_DEFAULT)
         super().__init__(**fields)
+
+
+# struct_size of a caller whose header predates the e4m3 fields (offsetof(fa3jit_forward_params, out_dtype)).
+FORWARD_PARAMS_SIZE_BEFORE_E4M3 = ForwardParams.out_dtype.offset
 
 
 # The per-call fields of ForwardParams, dtype through softmax_scale, for struct.pack_into at PARAMS_CALL_OFFSET:
@@ -147,6 +175,14 @@ PARAMS_CALL_OFFSET = ForwardParams.dtype.offset
 if PARAMS_CALL_OFFSET + PARAMS_CALL_STRUCT.size != ForwardParams.softmax_scale.offset + 4:
     # A wrong edit of either must never reach the library.
     raise ImportError("fa3jit: PARAMS_CALL_STRUCT does not cover ForwardParams.dtype .. softmax_scale")
+
+# The same for an e4m3 call: dtype through the end of the struct, i.e. PARAMS_CALL_STRUCT's fields, then
+# workspace ("P", pass 0) and workspace_bytes ("N", pass 0), out_dtype ("i"), quant ("i") and the three descales
+# ("P2q" each). Packed at PARAMS_CALL_OFFSET into a per-thread ForwardParams of its own, so the 16-bit path
+# never has to reset these fields.
+PARAMS_FP8_CALL_STRUCT = struct.Struct(PARAMS_CALL_STRUCT.format + " P N i i" + " P2q" * 3)
+if PARAMS_CALL_OFFSET + PARAMS_FP8_CALL_STRUCT.size != ctypes.sizeof(ForwardParams):
+    raise ImportError("fa3jit: PARAMS_FP8_CALL_STRUCT does not cover ForwardParams.dtype .. v_descale")
 
 
 class KernelInfo(ctypes.Structure):
@@ -284,6 +320,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fa3jit_kernel_destroy": (None, [c_void_p]),
         "fa3jit_kernel_get_info": (c_int, [c_void_p, ctypes.POINTER(KernelInfo)]),
         "fa3jit_compile_spec": (c_int, [c_void_p, c_char_p, ctypes.POINTER(KernelInfo)]),
+        "fa3jit_attention_quant_blocks": (c_int, [c_void_p, ctypes.c_int64, ctypes.c_int32,
+                                                  ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32)]),
     }
     missing = [name for name in signatures if not hasattr(lib, name)]
     if missing:
@@ -353,7 +391,7 @@ def capabilities() -> Dict[str, Any]:
        "version": "0.1.0",                    # fa3jit.version()
        "families": {                          # one entry per kernel family (kernels/<kind>/)
          "attention_fwd": {"description": str,
-                           "dtypes": ["fp16", "bf16"], "head_dims": [64, 128, 256],
+                           "dtypes": ["fp16", "bf16", "e4m3"], "head_dims": [64, 128, 256],
                            "head_dim_v_may_differ": False,
                            "features": ["causal", "gqa", "mqa", "lse", "strided"]},
          "attention_combine": {"description": str, "out_dtypes": [...], "partial_dtype": "fp32",
@@ -364,6 +402,19 @@ def capabilities() -> Dict[str, Any]:
     Raises LibraryNotFoundError when libfa3jit.so cannot be loaded.
     """
     return json.loads(library().fa3jit_capabilities_json().decode())
+
+
+def quant_blocks(head_dim: int, causal: bool = False, kernel: Optional["Kernel"] = None) -> Tuple[int, int]:
+    """fa3jit_attention_quant_blocks: (block_m, block_n), the query rows per q_descale entry and the key rows per
+    k_descale entry of per-block e4m3 descales, for `kernel` when given, else for the tile table's e4m3 kernel
+    of (head_dim, causal). Needs no GPU (and no torch). Raises Fa3jitValueError for a head_dim that e4m3 does
+    not support, ValueError for a closed kernel."""
+    block_m, block_n = ctypes.c_int32(), ctypes.c_int32()
+    status = library().fa3jit_attention_quant_blocks(None if kernel is None else kernel.handle, int(head_dim),
+                                                     1 if causal else 0, ctypes.byref(block_m),
+                                                     ctypes.byref(block_n))
+    check(status, "fa3jit_attention_quant_blocks")
+    return block_m.value, block_n.value
 
 
 def spec_text(spec: Spec) -> str:

@@ -22,11 +22,17 @@ graph (torch.compile mode="reduce-overhead", or a captured graph) that cost is n
 
 Schemas (SCHEMA_PLAIN, SCHEMA_OUT; defaults as in flash_attn_func):
   fa3jit::flash_attn_func(Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False,
-                          bool return_lse=False, str? kernel_spec=None) -> (Tensor, Tensor)     # out, lse
+                          bool return_lse=False, str? kernel_spec=None, Tensor? q_descale=None,
+                          Tensor? k_descale=None, Tensor? v_descale=None, ScalarType? out_dtype=None)
+                          -> (Tensor, Tensor)                                                   # out, lse
   fa3jit::flash_attn_func_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, float? softmax_scale=None,
-                              bool causal=False, bool return_lse=False, str? kernel_spec=None) -> Tensor  # lse
-lse is float32 (batch, num_heads, seqlen_q) when return_lse, else an empty float32 tensor of shape (0,) (an
-op returns a fixed number of tensors). kernel_spec is the JSON spec of an fa3jit.Kernel: an op argument can
+                              bool causal=False, bool return_lse=False, str? kernel_spec=None,
+                              Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None,
+                              ScalarType? out_dtype=None) -> Tensor                              # lse
+The descales and out_dtype are the FP8 arguments of flash_attn_func (float8_e4m3fn q, k, v); the fake
+implementation gives out the dtype the real call writes (out_dtype, else bfloat16 for float8_e4m3fn inputs,
+else q's dtype). lse is float32 (batch, num_heads, seqlen_q) when return_lse, else an empty float32 tensor of
+shape (0,) (an op returns a fixed number of tensors). kernel_spec is the JSON spec of an fa3jit.Kernel: an op argument can
 only be a tensor, a number, a bool or a string, so a Kernel passed to flash_attn_func under torch.compile
 travels as its spec, and the op runs a Kernel of that spec made once on the process-wide runtime.
 
@@ -81,16 +87,19 @@ def kernel_spec(kernel: Any) -> Optional[str]:
 
 
 def call(q: Any, k: Any, v: Any, softmax_scale: Optional[float], causal: bool, return_lse: bool, out: Any,
-         kernel: Any) -> Any:
+         kernel: Any, q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
+         out_dtype: Any = None) -> Any:
     """flash_attn_func through the custom ops (what Dynamo and FakeTensor tracing record); same arguments,
     results and errors as fa3jit.flash_attn_func."""
     spec = kernel_spec(kernel)
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
     if out is None:
-        out, lse = _op_plain(q, k, v, softmax_scale, bool(causal), bool(return_lse), spec)
+        out, lse = _op_plain(q, k, v, softmax_scale, bool(causal), bool(return_lse), spec, q_descale, k_descale,
+                             v_descale, out_dtype)
     else:
-        lse = _op_out(q, k, v, out, softmax_scale, bool(causal), bool(return_lse), spec)
+        lse = _op_out(q, k, v, out, softmax_scale, bool(causal), bool(return_lse), spec, q_descale, k_descale,
+                      v_descale, out_dtype)
     return (out, lse) if return_lse else out
 
 
@@ -114,34 +123,93 @@ def _empty_lse(q: Any) -> Any:
 
 
 def _real_plain(q: Any, k: Any, v: Any, softmax_scale: Optional[float] = None, causal: bool = False,
-                return_lse: bool = False, kernel_spec: Optional[str] = None) -> Tuple[Any, Any]:
+                return_lse: bool = False, kernel_spec: Optional[str] = None, q_descale: Any = None,
+                k_descale: Any = None, v_descale: Any = None, out_dtype: Any = None) -> Tuple[Any, Any]:
     flash_attn_func = _attention.flash_attn_func
     kernel = None if kernel_spec is None else _kernel_for_spec(kernel_spec)
     if return_lse:
-        return flash_attn_func(q, k, v, softmax_scale, causal, True, None, kernel)
-    return flash_attn_func(q, k, v, softmax_scale, causal, False, None, kernel), _empty_lse(q)
+        return flash_attn_func(q, k, v, softmax_scale, causal, True, None, kernel, q_descale, k_descale, v_descale,
+                               out_dtype)
+    return (flash_attn_func(q, k, v, softmax_scale, causal, False, None, kernel, q_descale, k_descale, v_descale,
+                            out_dtype), _empty_lse(q))
 
 
 def _real_out(q: Any, k: Any, v: Any, out: Any, softmax_scale: Optional[float] = None, causal: bool = False,
-              return_lse: bool = False, kernel_spec: Optional[str] = None) -> Any:
+              return_lse: bool = False, kernel_spec: Optional[str] = None, q_descale: Any = None,
+              k_descale: Any = None, v_descale: Any = None, out_dtype: Any = None) -> Any:
     flash_attn_func = _attention.flash_attn_func
     kernel = None if kernel_spec is None else _kernel_for_spec(kernel_spec)
     if return_lse:
-        return flash_attn_func(q, k, v, softmax_scale, causal, True, out, kernel)[1]
-    flash_attn_func(q, k, v, softmax_scale, causal, False, out, kernel)
+        return flash_attn_func(q, k, v, softmax_scale, causal, True, out, kernel, q_descale, k_descale, v_descale,
+                               out_dtype)[1]
+    flash_attn_func(q, k, v, softmax_scale, causal, False, out, kernel, q_descale, k_descale, v_descale, out_dtype)
     return _empty_lse(q)
 
 
-def _check_meta(q: Any, k: Any, v: Any, out: Any = None) -> None:
-    """The checks flash_attn_func makes in Python, on metadata only, so that a traced call fails at trace time
-    with the eager message (ValueError). The device is not checked here: the real call checks it (a CPU
-    kernel registered for tests runs the traced graph on the CPU)."""
+def _out_dtype(q: Any, out_dtype: Any, out: Any = None) -> Any:
+    """The dtype the real call writes out in, with flash_attn_func's checks and messages (ValueError)."""
     torch = _torch
-    if q.dtype not in (torch.float16, torch.bfloat16, getattr(torch, "float8_e4m3fn", torch.float16)):
-        raise ValueError(f"q.dtype is {q.dtype}; expected torch.float16 or torch.bfloat16")
-    for t, name in ((k, "k"), (v, "v"), (out, "out")):
-        if t is not None and t.dtype != q.dtype:
-            raise ValueError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}; they must match")
+    float8 = getattr(torch, "float8_e4m3fn", None)
+    if float8 is None or q.dtype != float8:
+        if out_dtype is not None and out_dtype != q.dtype:
+            raise ValueError(f"out_dtype is {out_dtype} but q.dtype is {q.dtype}; a {q.dtype} call writes out in "
+                             f"q's dtype (out_dtype None or {q.dtype})")
+        if out is not None and out.dtype != q.dtype:
+            raise ValueError(f"out.dtype is {out.dtype} but q.dtype is {q.dtype}; they must match")
+        return q.dtype
+    allowed = (torch.bfloat16, torch.float16)
+    if out_dtype is None:
+        out_dtype = out.dtype if out is not None else torch.bfloat16
+        if out_dtype not in allowed:
+            raise ValueError(f"out.dtype is {out_dtype}; an e4m3 call writes torch.bfloat16 or torch.float16")
+    if out_dtype not in allowed:
+        raise ValueError(f"out_dtype is {out_dtype}; an e4m3 call writes torch.bfloat16 (the default) or "
+                         f"torch.float16")
+    if out is not None and out.dtype != out_dtype:
+        raise ValueError(f"out.dtype is {out.dtype} but the call writes {out_dtype} (out_dtype, default "
+                         f"torch.bfloat16 for float8_e4m3fn inputs; torch.bfloat16 or torch.float16 allowed)")
+    return out_dtype
+
+
+def _check_meta_descales(q: Any, descales: Tuple[Any, Any, Any]) -> None:
+    """flash_attn_func's descale checks that need no sizes: e4m3 only, float32, 0 to 3 dimensions, all
+    3-dimensional (per_block) or none. Shapes against the call's sizes and block sizes are the real call's."""
+    names = ("q_descale", "k_descale", "v_descale")
+    given = [(t, name) for t, name in zip(descales, names) if t is not None]
+    if not given:
+        return
+    if q.dtype != getattr(_torch, "float8_e4m3fn", None):
+        raise ValueError(f"{given[0][1]} is given but q.dtype is {q.dtype}; descales belong to "
+                         f"torch.float8_e4m3fn inputs only")
+    for t, name in given:
+        if t.dtype != _torch.float32:
+            raise ValueError(f"{name}.dtype is {t.dtype}; expected torch.float32 (shape {tuple(t.shape)}, "
+                             f"device {t.device})")
+        if t.dim() > 3:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; expected per_head (batch, num_heads_kv) or "
+                             f"per_block (3 dimensions)")
+    if any(t.dim() == 3 for t, _ in given) and (len(given) < 3 or any(t.dim() != 3 for t, _ in given)):
+        shapes = ", ".join(f"{name} {'None' if t is None else tuple(t.shape)}" for t, name in zip(descales, names))
+        raise ValueError(f"per_block descales (a 3-dimensional descale was given) need all three 3-dimensional; "
+                         f"got {shapes}")
+
+
+def _check_meta(q: Any, k: Any, v: Any, out: Any = None, descales: Tuple[Any, Any, Any] = (None, None, None),
+                out_dtype: Any = None) -> Any:
+    """The checks flash_attn_func makes in Python, on metadata only, so that a traced call fails at trace time
+    with the eager message (ValueError); returns the output dtype. The device is not checked here: the real
+    call checks it (a CPU kernel registered for tests runs the traced graph on the CPU)."""
+    torch = _torch
+    float8 = getattr(torch, "float8_e4m3fn", None)
+    if q.dtype not in (torch.float16, torch.bfloat16) and (float8 is None or q.dtype != float8):
+        raise ValueError(f"q.dtype is {q.dtype}; expected torch.float16, torch.bfloat16"
+                         f"{' or torch.float8_e4m3fn' if float8 is not None else ''}")
+    for t, name in ((k, "k"), (v, "v")):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}; q, k and v must have one dtype "
+                             f"(an e4m3 call takes float8_e4m3fn q, k and v, with fp32 descales)")
+    _check_meta_descales(q, descales)
+    resolved_out_dtype = _out_dtype(q, out_dtype, out)
     layouts = {"q": q, "k": k, "v": v, "out": out}
     for name, t in layouts.items():
         if t is not None and t.dim() != 4:
@@ -162,6 +230,7 @@ def _check_meta(q: Any, k: Any, v: Any, out: Any = None) -> None:
         for dim in range(4):
             check(out.shape[dim] == expected[dim],
                   lambda: f"out has shape {tuple(out.shape)}; expected {tuple(expected)}")
+    return resolved_out_dtype
 
 
 def _fake_lse(q: Any, return_lse: bool) -> Any:
@@ -171,25 +240,28 @@ def _fake_lse(q: Any, return_lse: bool) -> Any:
 
 
 def _fake_plain(q: Any, k: Any, v: Any, softmax_scale: Optional[float] = None, causal: bool = False,
-                return_lse: bool = False, kernel_spec: Optional[str] = None) -> Tuple[Any, Any]:
-    _check_meta(q, k, v)
-    # The real call allocates out contiguous in q's dtype and device, lse contiguous float32.
-    out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
+                return_lse: bool = False, kernel_spec: Optional[str] = None, q_descale: Any = None,
+                k_descale: Any = None, v_descale: Any = None, out_dtype: Any = None) -> Tuple[Any, Any]:
+    resolved = _check_meta(q, k, v, None, (q_descale, k_descale, v_descale), out_dtype)
+    # The real call allocates out contiguous on q's device in the output dtype, lse contiguous float32.
+    out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=resolved)
     return out, _fake_lse(q, return_lse)
 
 
 def _fake_out(q: Any, k: Any, v: Any, out: Any, softmax_scale: Optional[float] = None, causal: bool = False,
-              return_lse: bool = False, kernel_spec: Optional[str] = None) -> Any:
-    _check_meta(q, k, v, out)
+              return_lse: bool = False, kernel_spec: Optional[str] = None, q_descale: Any = None,
+              k_descale: Any = None, v_descale: Any = None, out_dtype: Any = None) -> Any:
+    _check_meta(q, k, v, out, (q_descale, k_descale, v_descale), out_dtype)
     return _fake_lse(q, return_lse)
 
 
 # The schemas, written out rather than inferred from type hints: they are the ops' interface (what a saved graph
 # or an exported program records), so they are spelled here once, as the module docstring gives them.
+_SCHEMA_FP8 = "Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, ScalarType? out_dtype=None"
 SCHEMA_PLAIN = ("(Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, bool return_lse=False, "
-                "str? kernel_spec=None) -> (Tensor, Tensor)")
+                f"str? kernel_spec=None, {_SCHEMA_FP8}) -> (Tensor, Tensor)")
 SCHEMA_OUT = ("(Tensor q, Tensor k, Tensor v, Tensor(a!) out, float? softmax_scale=None, bool causal=False, "
-              "bool return_lse=False, str? kernel_spec=None) -> Tensor")
+              f"bool return_lse=False, str? kernel_spec=None, {_SCHEMA_FP8}) -> Tensor")
 
 
 def register() -> bool:

@@ -1,0 +1,313 @@
+// The C ABI's e4m3 fields (fa3jit.h: out_dtype, quant, q/k/v_descale) against the fake CUDA driver: an e4m3
+// call through fa3jit_attention_forward reaches the kernel's Params with the caller's descale pointers and
+// strides and launches the e4m3 kernel of its quant; out-of-range enums are INVALID_ARGUMENT read as integers
+// (never loaded as the C enum); a caller of the header before these fields (the old struct_size) still makes
+// 16-bit calls. Kernels compile for real with NVRTC into a temporary cache; only the driver is fake.
+#include <catch2/catch.hpp>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "fa3jit/fa3jit.h"
+#include "fake_cuda.h"
+#include "kernels/attention_fwd/emit.h"
+#include "kernels/attention_fwd/launch.h"
+
+using namespace fa3jit::attention_fwd;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct Fake {
+  int (*last_launch)(FakeCudaLaunch*) = nullptr;
+  uint64_t (*alloc)(uint64_t) = nullptr;
+};
+
+// The fake's functions, found in the libcuda.so.1 that the runtime loaded (after a first forward call opened
+// it) or that LD_LIBRARY_PATH gives; fails loudly on a real driver.
+const Fake& fake() {
+  static const Fake f = [] {
+    Fake r;
+    void* handle = dlopen("libcuda.so.1", RTLD_NOW);
+    INFO("libcuda.so.1 is not loadable; run with LD_LIBRARY_PATH=<build>/fake_driver");
+    REQUIRE(handle != nullptr);
+    r.last_launch = reinterpret_cast<int (*)(FakeCudaLaunch*)>(dlsym(handle, "fake_cuda_last_launch"));
+    r.alloc = reinterpret_cast<uint64_t (*)(uint64_t)>(dlsym(handle, "fake_cuda_alloc"));
+    auto set_param_bytes = reinterpret_cast<void (*)(uint64_t)>(dlsym(handle, "fake_cuda_set_param_bytes"));
+    INFO("the loaded libcuda.so.1 is not the fake driver; run with LD_LIBRARY_PATH=<build>/fake_driver");
+    REQUIRE(r.last_launch != nullptr);
+    REQUIRE(r.alloc != nullptr);
+    REQUIRE(set_param_bytes != nullptr);
+    set_param_bytes(sizeof(Params));
+    return r;
+  }();
+  return f;
+}
+
+int launch_count() { return fake().last_launch(nullptr); }
+
+FakeCudaLaunch last_launch() {
+  FakeCudaLaunch r{};
+  REQUIRE(fake().last_launch(&r) > 0);
+  return r;
+}
+
+Params params_of(const FakeCudaLaunch& r) {
+  Params p;
+  std::memcpy(&p, r.params, sizeof(p));
+  return p;
+}
+
+void* device_alloc(uint64_t bytes) {
+  const uint64_t p = fake().alloc(bytes);
+  REQUIRE(p != 0);
+  return reinterpret_cast<void*>(p);
+}
+
+// One runtime on a temporary cache directory for the file (kernels compile once), removed at exit.
+struct CapiRuntime {
+  std::string dir;
+  fa3jit_runtime* rt = nullptr;
+  CapiRuntime() {
+    char tmpl[] = "/tmp/fa3jit-fake-capi-test.XXXXXX";
+    if (::mkdtemp(tmpl) != nullptr) dir = tmpl;
+    fa3jit_runtime_options options = {sizeof(options), dir.c_str()};
+    if (fa3jit_runtime_create(&options, &rt) != FA3JIT_OK) rt = nullptr;
+  }
+  ~CapiRuntime() {
+    fa3jit_runtime_destroy(rt);
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+};
+
+fa3jit_runtime* runtime() {
+  static CapiRuntime r;
+  REQUIRE(r.rt != nullptr);
+  (void)fake();
+  return r.rt;
+}
+
+// A contiguous (batch, seqlen, heads, dim) tensor of `elem_bytes` elements in its own fake allocation.
+fa3jit_tensor tensor(int64_t batch, int64_t seqlen, int64_t heads, int64_t dim, int64_t elem_bytes) {
+  return {device_alloc(static_cast<uint64_t>(batch * seqlen * heads * dim * elem_bytes)), seqlen * heads * dim,
+          heads * dim, dim};
+}
+
+// e4m3 q/k/v, bf16 out: batch 2, seqlen_q 300, seqlen_k 257, GQA 8:2, head_dim 128; descales not set.
+fa3jit_forward_params e4m3_params(int32_t quant) {
+  fa3jit_forward_params p;
+  fa3jit_forward_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_E4M3;
+  p.quant = quant;
+  p.batch = 2, p.seqlen_q = 300, p.seqlen_k = 257, p.num_heads = 8, p.num_heads_kv = 2, p.head_dim = 128;
+  p.q = tensor(2, 300, 8, 128, 1);
+  p.k = tensor(2, 257, 2, 128, 1);
+  p.v = tensor(2, 257, 2, 128, 1);
+  p.out = tensor(2, 300, 8, 128, 2);
+  return p;
+}
+
+fa3jit_scale scale(int64_t floats, int64_t stride_batch, int64_t stride_head) {
+  return {static_cast<const float*>(device_alloc(static_cast<uint64_t>(floats * 4))), stride_batch, stride_head};
+}
+
+void expect_invalid(const fa3jit_forward_params& p, const std::string& fragment) {
+  const int before = launch_count();
+  CHECK(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains(fragment));
+  CHECK(launch_count() == before);
+}
+
+}  // namespace
+
+TEST_CASE("C ABI: an e4m3 per_head call reaches Params with the descale pointers and strides",
+          "[fake_driver][capi][fp8]") {
+  fa3jit_forward_params p = e4m3_params(FA3JIT_QUANT_PER_HEAD);
+  // (batch 2, num_heads_kv 2): q's a transposed view (strides 1, 2), k's contiguous, v's one broadcast scalar.
+  p.q_descale = scale(4, 1, 2);
+  p.k_descale = scale(4, 2, 1);
+  p.v_descale = scale(1, 0, 0);
+  const int before = launch_count();
+  INFO(fa3jit_last_error());
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  REQUIRE(launch_count() == before + 1);
+  const FakeCudaLaunch r = last_launch();
+  const Spec spec = default_spec(fa3jit::DType::kE4m3, fa3jit::DType::kBf16, Quant::kPerHead, 128, 128, false);
+  CHECK(std::string(r.kernel_name) == kernel_name(spec));
+  const Params k = params_of(r);
+  CHECK(k.q_descale == p.q_descale.data);
+  CHECK(k.k_descale == p.k_descale.data);
+  CHECK(k.v_descale == p.v_descale.data);
+  CHECK(k.q_descale_stride_batch == 1);
+  CHECK(k.q_descale_stride_head == 2);
+  CHECK(k.k_descale_stride_batch == 2);
+  CHECK(k.k_descale_stride_head == 1);
+  CHECK(k.v_descale_stride_batch == 0);
+  CHECK(k.v_descale_stride_head == 0);
+  CHECK(k.seqlen_q == 300);
+  CHECK(k.head_group == 4);
+}
+
+TEST_CASE("C ABI: an e4m3 per_block call with fp16 out runs the per_block kernel its quant blocks describe",
+          "[fake_driver][capi][fp8]") {
+  int32_t block_m = 0, block_n = 0;
+  REQUIRE(fa3jit_attention_quant_blocks(nullptr, 128, 0, &block_m, &block_n) == FA3JIT_OK);
+  const Spec spec = default_spec(fa3jit::DType::kE4m3, fa3jit::DType::kFp16, Quant::kPerBlock, 128, 128, false);
+  CHECK(block_m == spec.block_m);
+  CHECK(block_n == spec.block_n);
+  fa3jit_forward_params p = e4m3_params(FA3JIT_QUANT_PER_BLOCK);
+  p.out_dtype = FA3JIT_DTYPE_FP16;
+  const int64_t m_blocks = (300 + block_m - 1) / block_m, n_blocks = (257 + block_n - 1) / block_n;
+  p.q_descale = scale(2 * 8 * m_blocks, 8 * m_blocks, m_blocks);
+  p.k_descale = scale(2 * 2 * n_blocks, 2 * n_blocks, n_blocks);
+  p.v_descale = scale(2 * 2 * 128, 2 * 128, 128);
+  INFO(fa3jit_last_error());
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  const FakeCudaLaunch r = last_launch();
+  CHECK(std::string(r.kernel_name) == kernel_name(spec));
+  const Params k = params_of(r);
+  CHECK(k.q_descale == p.q_descale.data);
+  CHECK(k.k_descale == p.k_descale.data);
+  CHECK(k.v_descale == p.v_descale.data);
+  CHECK(k.q_descale_stride_batch == 8 * m_blocks);
+  CHECK(k.q_descale_stride_head == m_blocks);
+  CHECK(k.k_descale_stride_head == n_blocks);
+  CHECK(k.v_descale_stride_batch == 2 * 128);
+  CHECK(k.v_descale_stride_head == 128);
+
+  SECTION("a k_descale one block short of its allocation is refused by name") {
+    p.k_descale = scale(2 * 2 * n_blocks - 1, 2 * n_blocks, n_blocks);
+    expect_invalid(p, "k_descale");
+  }
+}
+
+TEST_CASE("C ABI: out-of-range quant and out_dtype are read as integers and refused", "[fake_driver][capi][fp8]") {
+  fa3jit_forward_params p = e4m3_params(FA3JIT_QUANT_PER_HEAD);
+  p.q_descale = p.k_descale = p.v_descale = scale(1, 0, 0);
+  // Stored as the caller's C code would; assigning them to the enums in C++ would itself be undefined.
+  for (const int32_t value : {3, -1, 7, INT32_MAX, INT32_MIN}) {
+    p.quant = value;
+    expect_invalid(p, "params.quant is " + std::to_string(value));
+  }
+  p.quant = FA3JIT_QUANT_PER_HEAD;
+  for (const int32_t value : {-2, 3, INT32_MAX}) {
+    std::memcpy(&p.out_dtype, &value, sizeof(value));
+    expect_invalid(p, "params.out_dtype is " + std::to_string(value));
+  }
+  SECTION("an e4m3 call needs PER_HEAD or PER_BLOCK") {
+    p.out_dtype = FA3JIT_DTYPE_DEFAULT;
+    p.quant = FA3JIT_QUANT_NONE;
+    expect_invalid(p, "quant = none");
+  }
+  SECTION("an e4m3 call writes bf16 or fp16") {
+    p.out_dtype = FA3JIT_DTYPE_E4M3;
+    expect_invalid(p, "out_dtype = e4m3");
+  }
+  SECTION("a missing descale is refused by name") {
+    p.out_dtype = FA3JIT_DTYPE_DEFAULT;
+    p.v_descale.data = nullptr;
+    expect_invalid(p, "v_descale is null");
+  }
+  SECTION("a negative descale stride is refused") {
+    p.out_dtype = FA3JIT_DTYPE_DEFAULT;
+    p.k_descale.stride_head = -1;
+    expect_invalid(p, "k_descale has strides");
+  }
+}
+
+TEST_CASE("C ABI: a bf16 call refuses descales and a quant", "[fake_driver][capi][fp8]") {
+  fa3jit_forward_params p;
+  fa3jit_forward_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.batch = 1, p.seqlen_q = 64, p.seqlen_k = 64, p.num_heads = 2, p.num_heads_kv = 2, p.head_dim = 128;
+  p.q = tensor(1, 64, 2, 128, 2);
+  p.k = tensor(1, 64, 2, 128, 2);
+  p.v = tensor(1, 64, 2, 128, 2);
+  p.out = tensor(1, 64, 2, 128, 2);
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  SECTION("quant") {
+    p.quant = FA3JIT_QUANT_PER_HEAD;
+    expect_invalid(p, "quant = per_head");
+  }
+  SECTION("a descale") {
+    p.q_descale = scale(1, 0, 0);
+    expect_invalid(p, "q_descale, k_descale, v_descale must be null");
+  }
+  SECTION("out_dtype other than the dtype") {
+    p.out_dtype = FA3JIT_DTYPE_FP16;
+    expect_invalid(p, "out_dtype = fp16");
+  }
+  SECTION("out_dtype equal to the dtype is the default") {
+    p.out_dtype = FA3JIT_DTYPE_BF16;
+    CHECK(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  }
+}
+
+TEST_CASE("C ABI: a caller of the header before the e4m3 fields makes 16-bit calls", "[fake_driver][capi][fp8]") {
+  // The older caller's struct ends where out_dtype begins; the bytes after it are not its own (here: garbage
+  // that the library must not read).
+  fa3jit_forward_params p;
+  std::memset(&p, 0xab, sizeof(p));
+  p.struct_size = offsetof(fa3jit_forward_params, out_dtype);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.causal = 0;
+  p.batch = 1, p.seqlen_q = 64, p.seqlen_k = 64, p.num_heads = 2, p.num_heads_kv = 2, p.head_dim = 128,
+  p.head_dim_v = 0;
+  p.q = tensor(1, 64, 2, 128, 2);
+  p.k = tensor(1, 64, 2, 128, 2);
+  p.v = tensor(1, 64, 2, 128, 2);
+  p.out = tensor(1, 64, 2, 128, 2);
+  p.lse = nullptr;
+  p.softmax_scale = 0.0f;
+  p.workspace = nullptr;
+  p.workspace_bytes = 0;
+  const int before = launch_count();
+  INFO(fa3jit_last_error());
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  REQUIRE(launch_count() == before + 1);
+  const Params k = params_of(last_launch());
+  CHECK(k.q_descale == nullptr);
+  CHECK(k.v_descale == nullptr);
+  size_t bytes = 1;
+  CHECK(fa3jit_attention_workspace_size(runtime(), &p, &bytes) == FA3JIT_OK);
+  CHECK(bytes == 0);
+  // An older caller's struct cannot describe an e4m3 call (it has no quant): refused as a 16-bit call would be.
+  p.dtype = FA3JIT_DTYPE_E4M3;
+  expect_invalid(p, "quant = none");
+  // A size between the two headers is no header's.
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.struct_size = offsetof(fa3jit_forward_params, quant);
+  expect_invalid(p, "struct_size is " + std::to_string(offsetof(fa3jit_forward_params, quant)));
+}
+
+TEST_CASE("C ABI: fa3jit_attention_quant_blocks gives the tile of the e4m3 kernel", "[fake_driver][capi][fp8]") {
+  int32_t block_m = 0, block_n = 0;
+  for (const int64_t d : {64, 128, 256})
+    for (const int32_t causal : {0, 1}) {
+      const Spec spec = default_spec(fa3jit::DType::kE4m3, d, d, causal != 0);
+      REQUIRE(fa3jit_attention_quant_blocks(nullptr, d, causal, &block_m, &block_n) == FA3JIT_OK);
+      CHECK(block_m == spec.block_m);
+      CHECK(block_n == spec.block_n);
+    }
+  CHECK(fa3jit_attention_quant_blocks(nullptr, 96, 0, &block_m, &block_n) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("head_dim = 96") && Contains("expected one of"));
+  CHECK(fa3jit_attention_quant_blocks(nullptr, int64_t{1} << 40, 0, &block_m, &block_n) ==
+        FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK(fa3jit_attention_quant_blocks(nullptr, 128, 2, &block_m, &block_n) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("causal is 2"));
+  CHECK(fa3jit_attention_quant_blocks(nullptr, 128, 0, nullptr, &block_n) == FA3JIT_ERROR_INVALID_ARGUMENT);
+
+  // A kernel handle: its spec's tile, whatever head_dim and causal say.
+  fa3jit_kernel* kernel = nullptr;
+  const char* spec_json = R"({"dtype": "e4m3", "head_dim": 128, "quant": "per_block", "tile": {"block_n": 128}})";
+  REQUIRE(fa3jit_kernel_create(runtime(), spec_json, &kernel) == FA3JIT_OK);
+  REQUIRE(fa3jit_attention_quant_blocks(kernel, 0, 7, &block_m, &block_n) == FA3JIT_OK);
+  CHECK(block_n == 128);
+  CHECK(block_m == parse_spec(std::string(spec_json)).block_m);
+  fa3jit_kernel_destroy(kernel);
+}
