@@ -200,6 +200,7 @@ CheckResult AttentionProblem::check(std::vector<RowIndex> rows) const {
   options.softmax_scale = softmax_scale;
   options.causal = shape.causal;
   options.baseline_p_e4m3 = shape.dtype == DType::kE4m3;
+  options.baseline_block_n = shape.quant_block_n;  // the e4m3 kernel's block_n (the spec's, or the tile table's)
   const std::vector<ReferenceRow> reference = reference_rows(q, k, v, options, rows);
   return check_rows(shape.out_dtype, reference, gather_kernel_rows(out, lse, rows));
 }

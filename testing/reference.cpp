@@ -280,17 +280,39 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
     float sum_base = 0.0f;
     for (int64_t j = 0; j < visible; ++j) {
       const double p_ref = std::exp(s_ref[j] - max_ref);
-      const float p_base = std::exp(s_base[j] - max_base);
-      // P enters P.V in the input dtype (e4m3: scaled by 2^8 into the e4m3 range first, then scaled back).
-      const float p_base_rounded = options.baseline_p_e4m3 ? round_to(DType::kE4m3, p_base * 256.0f) / 256.0f
-                                                           : round_to(dtype, p_base);
       sum_ref += p_ref;
-      sum_base += p_base;
       const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, j, kv_head, 0);
-      for (int64_t d = 0; d < d_v; ++d) row_f[d] = decode[v_ptr[d]];
-      for (int64_t d = 0; d < d_v; ++d) {
-        acc_ref[d] += p_ref * static_cast<double>(row_f[d]);
-        acc_base[d] += p_base_rounded * row_f[d];
+      for (int64_t d = 0; d < d_v; ++d) acc_ref[d] += p_ref * static_cast<double>(decode[v_ptr[d]]);
+    }
+    if (options.baseline_p_e4m3) {
+      // The online softmax over key blocks of baseline_block_n, last block first, as the kernel runs it: P is
+      // rounded to e4m3 relative to the running max (times 2^8), and the accumulators are rescaled when it grows.
+      const int64_t block = options.baseline_block_n > 0 ? options.baseline_block_n : visible;
+      float running_max = -std::numeric_limits<float>::infinity();
+      for (int64_t start = (visible - 1) / block * block; start >= 0; start -= block) {
+        const int64_t end = std::min(visible, start + block);
+        float block_max = running_max;
+        for (int64_t j = start; j < end; ++j) block_max = std::max(block_max, s_base[j]);
+        const float rescale = std::exp(running_max - block_max);  // 0 on the first block (exp(-inf))
+        sum_base *= rescale;
+        for (int64_t d = 0; d < d_v; ++d) acc_base[d] *= rescale;
+        running_max = block_max;
+        for (int64_t j = start; j < end; ++j) {
+          const float p_base = std::exp(s_base[j] - running_max);
+          const float p_rounded = round_to(DType::kE4m3, p_base * 256.0f) / 256.0f;
+          sum_base += p_base;
+          const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, j, kv_head, 0);
+          for (int64_t d = 0; d < d_v; ++d) acc_base[d] += p_rounded * decode[v_ptr[d]];
+        }
+      }
+    } else {
+      for (int64_t j = 0; j < visible; ++j) {
+        const float p_base = std::exp(s_base[j] - max_base);
+        const float p_base_rounded = round_to(dtype, p_base);  // P enters P.V in the input dtype
+        sum_base += p_base;
+        const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, j, kv_head, 0);
+        for (int64_t d = 0; d < d_v; ++d) row_f[d] = decode[v_ptr[d]];
+        for (int64_t d = 0; d < d_v; ++d) acc_base[d] += p_base_rounded * row_f[d];
       }
     }
     for (int64_t d = 0; d < d_v; ++d) {

@@ -71,6 +71,10 @@ struct ReferenceOptions {
   /// exact in bf16): S stays fp32 (the fp8 GEMM accumulates in fp32) and P is rounded to e4m3 as the kernel
   /// does, after FA3's max offset (P * 256, softmax.cuh), instead of to the input dtype.
   bool baseline_p_e4m3 = false;
+  /// With baseline_p_e4m3: the kernel's block_n. The baseline then runs the online softmax over key blocks of
+  /// this size, last block first, and rounds P relative to the running max as the kernel does (0: one block,
+  /// P rounded relative to the row's final max).
+  int64_t baseline_block_n = 0;
   int threads = 0;             // worker threads; 0 = std::thread::hardware_concurrency() (at most 32)
 };
 

@@ -120,10 +120,12 @@ def quantize_e4m3(x, group_ids, num_groups, generator=None):
     return x8, descale.float()
 
 
-def fp8_baseline(q, k, v, causal, softmax_scale, out_dtype):
+def fp8_baseline(q, k, v, causal, softmax_scale, out_dtype, block_n=None):
     """The error an honest FP8 implementation makes (FA3's fp8 baseline, testing/reference.cpp with
-    baseline_p_e4m3): q, k, v dequantised (float), scores and softmax in float32, the unnormalised P rounded to
-    e4m3 after scaling by 2^8 (and scaled back) before P.V, the row sum from the unrounded P; out in out_dtype."""
+    baseline_p_e4m3): q, k, v dequantised (float), scores and softmax in float32, the online softmax over key
+    blocks of block_n (the kernel's; None: one block), last block first, with the unnormalised P rounded to e4m3
+    relative to the running max after scaling by 2^8 (and scaled back) before P.V, the row sum from the unrounded
+    P; out in out_dtype."""
     seqlen_q, num_heads, head_dim = q.shape[1], q.shape[2], q.shape[3]
     seqlen_k, num_heads_kv = k.shape[1], k.shape[2]
     group = num_heads // num_heads_kv
@@ -134,22 +136,36 @@ def fp8_baseline(q, k, v, causal, softmax_scale, out_dtype):
     scores = torch.matmul(qt, kt.transpose(-1, -2)) * scale
     if causal:
         scores = scores.masked_fill(causal_mask(seqlen_q, seqlen_k, q.device), NEG_INF)
-    row_max = scores.amax(dim=-1, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    p = torch.exp(scores - row_max)
-    p8 = (p * 256.0).to(torch.float8_e4m3fn).float() / 256.0
-    row_sum = p.sum(dim=-1, keepdim=True)
-    out = torch.matmul(p8, vt) / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))
+    block = block_n or seqlen_k
+    shape = scores.shape[:-1] + (1,)
+    running_max = torch.full(shape, NEG_INF, device=scores.device)
+    row_sum = torch.zeros(shape, device=scores.device)
+    acc = torch.zeros(scores.shape[:-1] + (vt.shape[-1],), device=scores.device)
+    for start in reversed(range(0, seqlen_k, block)):
+        s = scores[..., start:start + block]
+        new_max = torch.maximum(running_max, s.amax(dim=-1, keepdim=True))
+        safe_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
+        rescale = torch.exp(running_max - safe_max)  # 0 while the row has seen nothing
+        p = torch.exp(s - safe_max)
+        row_sum = row_sum * rescale + p.sum(dim=-1, keepdim=True)
+        p8 = (p * 256.0).to(torch.float8_e4m3fn).float() / 256.0
+        acc = acc * rescale + torch.matmul(p8, vt[..., start:start + block, :])
+        running_max = new_max
+    out = acc / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))
     return out.permute(0, 2, 1, 3).to(out_dtype)
 
 
-def check_fp8_against_reference(out, lse, q, k, v, causal, softmax_scale=None):
+def check_fp8_against_reference(out, lse, q, k, v, causal, softmax_scale=None, block_n=None):
     """FA3's FP8 rule: q, k, v are the dequantised inputs (float64 or float32, exact values of e4m3 times
     power-of-two descales); out (in bf16 or fp16) must be within 2x the fp8 baseline's error plus 2x the output
     dtype's rounding noise of the float64 reference; lse within LSE_ATOL + LSE_RTOL |lse| plus the FP8
-    accumulation slack. Returns (err, allowed)."""
+    accumulation slack. block_n: the kernel's (None: the tile table's for this head_dim, fa3jit.fp8_quant_blocks).
+    Returns (err, allowed)."""
     out_ref, lse_ref = attention_ref(q.double(), k.double(), v.double(), causal, softmax_scale, upcast=False)
-    baseline = fp8_baseline(q, k, v, causal, softmax_scale, out.dtype)
+    if block_n is None:
+        import fa3jit
+        block_n = fa3jit.fp8_quant_blocks(q.shape[3], causal=causal)[1]
+    baseline = fp8_baseline(q, k, v, causal, softmax_scale, out.dtype, block_n)
     assert not torch.isnan(out).any(), "out has NaN"
     err = (out.double() - out_ref).abs().max().item()
     base_err = (baseline.double() - out_ref).abs().max().item()

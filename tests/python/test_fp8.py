@@ -366,7 +366,7 @@ def test_a_pinned_per_block_kernel_uses_its_own_blocks():
         kd = torch.ones(1, 2, -(-1023 // block_n), device="cuda")
         vd = torch.ones(1, 2, 128, device="cuda")
         out = fa3jit.flash_attn_func(q8, k8, v8, kernel=kernel, q_descale=qd, k_descale=kd, v_descale=vd)
-        check_fp8_against_reference(out, None, q8.float(), k8.float(), v8.float(), False)
+        check_fp8_against_reference(out, None, q8.float(), k8.float(), v8.float(), False, block_n=block_n)
         # The tile table's blocks (block_n 224) would not fit this kernel's k_descale.
         with pytest.raises(ValueError, match="k_descale"):
             fa3jit.flash_attn_func(q8, k8, v8, kernel=kernel, q_descale=qd,
