@@ -252,15 +252,19 @@ struct Mainloop {
     }
   }
 
-  /// One score block through the variant and the online softmax: transform, mask (only the blocks that need
-  /// it), exponentiate. row0: the global query row of the thread's row half 0 (hopper/fragment.cuh). o_scale
-  /// receives the factor for the rows of O.
+  /// One score block through the variant and the online softmax: transform, mask, exponentiate. kMaybeMasked:
+  /// the block may need the mask (checked at run time); false for the blocks of the mask-free loop, whose code
+  /// then holds no mask instruction at all. row0: the global query row of the thread's row half 0
+  /// (hopper/fragment.cuh). o_scale receives the factor for the rows of O.
+  template <bool kMaybeMasked>
   static __device__ __forceinline__ void softmax_step(float (&s)[ScoreFrag::kRegs], int n_block, TileCoord tile,
                                                       int row0, const Params& params, const Descale<Cfg>& descale,
                                                       Softmax& softmax, float (&o_scale)[2]) {
     Variant::transform_scores(s);
-    if (Variant::needs_mask(n_block, tile.m_block, params.seqlen_q, params.seqlen_k))
-      Variant::apply_mask(s, n_block, row0, params.seqlen_q, params.seqlen_k);
+    if constexpr (kMaybeMasked) {
+      if (Variant::needs_mask(n_block, tile.m_block, params.seqlen_q, params.seqlen_k))
+        Variant::apply_mask(s, n_block, row0, params.seqlen_q, params.seqlen_k);
+    }
     softmax.update(s, descale.block_scale_log2(n_block), o_scale);
   }
 
@@ -332,28 +336,39 @@ struct Mainloop {
                                                             const Params& params, const Descale<Cfg>& descale,
                                                             float (&o)[OutFrag::kRegs], Softmax& softmax, int row0,
                                                             uint32_t q_rows, int wg) {
-    const int lane = threadIdx.x % 32;
     PipelineState<Cfg::kStages> pipe;
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
-      float s[ScoreFrag::kRegs];
-      mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
-      wgmma_fence();
-      issue_qk(s, q_rows, sm.k(pipe.stage));
-      wgmma_wait<0>();
-      fence_operands(s);
-      if (lane == 0) release(sm.k_empty(pipe.stage));
+    const int first_masked = Variant::first_masked_block(tile.m_block, params.seqlen_q, params.seqlen_k);
+    int n_block = range.n_block_max - 1;
+    for (; n_block >= max(first_masked, range.n_block_min); --n_block)
+      sequential_step<true>(sm, tile, params, descale, o, softmax, row0, q_rows, n_block, pipe);
+    for (; n_block >= range.n_block_min; --n_block)
+      sequential_step<false>(sm, tile, params, descale, o, softmax, row0, q_rows, n_block, pipe);
+  }
 
-      float o_scale[2];
-      softmax_step(s, n_block, tile, row0, params, descale, softmax, o_scale);
-      rescale_o(o, o_scale);
-      uint32_t p[kPRegs];
-      convert_p(s, p);
+  template <bool kMaybeMasked>
+  static __device__ __forceinline__ void sequential_step(const Smem& sm, TileCoord tile, const Params& params,
+                                                         const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
+                                                         Softmax& softmax, int row0, uint32_t q_rows, int n_block,
+                                                         PipelineState<Cfg::kStages>& pipe) {
+    const int lane = threadIdx.x % 32;
+    float s[ScoreFrag::kRegs];
+    mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
+    wgmma_fence();
+    issue_qk(s, q_rows, sm.k(pipe.stage));
+    wgmma_wait<0>();
+    fence_operands(s);
+    if (lane == 0) release(sm.k_empty(pipe.stage));
 
-      mbarrier_wait(sm.v_full(pipe.stage), pipe.phase);
-      pv_waited(o, p, sm.v(pipe.stage));
-      if (lane == 0) release(sm.v_empty(pipe.stage));
-      pipe.advance();
-    }
+    float o_scale[2];
+    softmax_step<kMaybeMasked>(s, n_block, tile, row0, params, descale, softmax, o_scale);
+    rescale_o(o, o_scale);
+    uint32_t p[kPRegs];
+    convert_p(s, p);
+
+    mbarrier_wait(sm.v_full(pipe.stage), pipe.phase);
+    pv_waited(o, p, sm.v(pipe.stage));
+    if (lane == 0) release(sm.v_empty(pipe.stage));
+    pipe.advance();
   }
 
   /// FA3's intra-warpgroup overlap (paper §3.2, "2-stage pipelining"): at step j the warpgroup issues
@@ -380,43 +395,18 @@ struct Mainloop {
       fence_operands(s);
       if (lane == 0) release(sm.k_empty(pipe.stage));
       float o_scale[2];
-      softmax_step(s, range.n_block_max - 1, tile, row0, params, descale, softmax, o_scale);
+      softmax_step<true>(s, range.n_block_max - 1, tile, row0, params, descale, softmax, o_scale);
       convert_p(s, p);
     }
     PipelineState<Cfg::kStages> v_pipe = pipe;  // V of the block whose P is pending
     pipe.advance();
-    for (int n_block = range.n_block_max - 2; n_block >= range.n_block_min; --n_block) {
-      float s[ScoreFrag::kRegs];
-      mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
-      mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
-      gemm_turn_begin(wg);
-      wgmma_fence();
-      issue_qk(s, q_rows, sm.k(pipe.stage));
-      if constexpr (Cfg::kTwoLevelAccum) {
-        issue_pv<true>(acc, p, sm.v(v_pipe.stage));
-      } else {
-        issue_pv<false>(o, p, sm.v(v_pipe.stage));
-      }
-      gemm_turn_end(wg);
-      wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run
-      fence_operands(s);
-      if (lane == 0) release(sm.k_empty(pipe.stage));
-      float o_scale[2];
-      softmax_step(s, n_block, tile, row0, params, descale, softmax, o_scale);
-      wgmma_wait<0>();
-      fence_operands(p);
-      if (lane == 0) release(sm.v_empty(v_pipe.stage));
-      if constexpr (Cfg::kTwoLevelAccum) {
-        fence_operands(acc);
-        add_chunk(o, acc, 0, o_scale);
-      } else {
-        fence_operands(o);
-        rescale_o(o, o_scale);
-      }
-      convert_p(s, p);
-      v_pipe = pipe;
-      pipe.advance();
-    }
+    // The blocks that may need the mask come first (last block first); the rest run a loop without mask code.
+    const int first_masked = Variant::first_masked_block(tile.m_block, params.seqlen_q, params.seqlen_k);
+    int n_block = range.n_block_max - 2;
+    for (; n_block >= max(first_masked, range.n_block_min); --n_block)
+      overlapped_step<true>(sm, tile, params, descale, o, softmax, row0, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+    for (; n_block >= range.n_block_min; --n_block)
+      overlapped_step<false>(sm, tile, params, descale, o, softmax, row0, q_rows, wg, n_block, pipe, v_pipe, p, acc);
     // last P.V
     mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
     gemm_turn_begin(wg);
@@ -437,6 +427,48 @@ struct Mainloop {
     } else {
       fence_operands(o);
     }
+  }
+
+  /// One step j of the overlapped schedule: S_j = Q.K_j^T and O (+)= P_{j-1}.V_{j-1} issued together, the softmax
+  /// of S_j under the P.V GEMM, then O rescaled (or the fresh accumulator added) and P_j packed.
+  template <bool kMaybeMasked>
+  static __device__ __forceinline__ void overlapped_step(const Smem& sm, TileCoord tile, const Params& params,
+                                                         const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
+                                                         Softmax& softmax, int row0, uint32_t q_rows, int wg,
+                                                         int n_block, PipelineState<Cfg::kStages>& pipe,
+                                                         PipelineState<Cfg::kStages>& v_pipe, uint32_t (&p)[kPRegs],
+                                                         float (&acc)[kAccRegs]) {
+    const int lane = threadIdx.x % 32;
+    float s[ScoreFrag::kRegs];
+    mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
+    mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
+    gemm_turn_begin(wg);
+    wgmma_fence();
+    issue_qk(s, q_rows, sm.k(pipe.stage));
+    if constexpr (Cfg::kTwoLevelAccum) {
+      issue_pv<true>(acc, p, sm.v(v_pipe.stage));
+    } else {
+      issue_pv<false>(o, p, sm.v(v_pipe.stage));
+    }
+    gemm_turn_end(wg);
+    wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run
+    fence_operands(s);
+    if (lane == 0) release(sm.k_empty(pipe.stage));
+    float o_scale[2];
+    softmax_step<kMaybeMasked>(s, n_block, tile, row0, params, descale, softmax, o_scale);
+    wgmma_wait<0>();
+    fence_operands(p);
+    if (lane == 0) release(sm.v_empty(v_pipe.stage));
+    if constexpr (Cfg::kTwoLevelAccum) {
+      fence_operands(acc);
+      add_chunk(o, acc, 0, o_scale);
+    } else {
+      fence_operands(o);
+      rescale_o(o, o_scale);
+    }
+    convert_p(s, p);
+    v_pipe = pipe;
+    pipe.advance();
   }
 };
 

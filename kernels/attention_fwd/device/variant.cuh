@@ -44,13 +44,22 @@ struct AttentionVariant {
     return NBlockRange{0, (keys + Cfg::kBlockN - 1) / Cfg::kBlockN};
   }
 
-  /// True when some score of block n_block must be masked for some row of row block m_block. Blocks are
-  /// visited last first, so the masked ones come first and the steady state skips apply_mask.
+  /// The first key block that some row of row block m_block must mask: block n needs the mask iff n >= this
+  /// (its last column (n+1)*block_n - 1 reaches seqlen_k, or with kCausal passes the diagonal of the block's first
+  /// row, m_block*block_m + seqlen_k - seqlen_q). Blocks are visited last first, so the masked ones come first
+  /// and the mainloop runs the rest in a loop with no mask code at all (mainloop.cuh).
+  static __device__ __forceinline__ int first_masked_block(int m_block, int seqlen_q, int seqlen_k) {
+    int first = seqlen_k / Cfg::kBlockN;  // (n+1)*block_n > seqlen_k
+    if constexpr (Cfg::kCausal) {
+      const int t = m_block * Cfg::kBlockM + seqlen_k - seqlen_q + 1;  // (n+1)*block_n > t
+      first = min(first, t >= 0 ? t / Cfg::kBlockN : -((-t + Cfg::kBlockN - 1) / Cfg::kBlockN));
+    }
+    return first;
+  }
+
+  /// True when some score of block n_block must be masked for some row of row block m_block.
   static __device__ __forceinline__ bool needs_mask(int n_block, int m_block, int seqlen_q, int seqlen_k) {
-    const int last_col = (n_block + 1) * Cfg::kBlockN - 1;
-    bool needed = last_col >= seqlen_k;
-    if constexpr (Cfg::kCausal) needed = needed || last_col > m_block * Cfg::kBlockM + seqlen_k - seqlen_q;
-    return needed;
+    return n_block >= first_masked_block(m_block, seqlen_q, seqlen_k);
   }
 
   /// Score transform, applied to every raw score block S = Q.K^T before the mask. Identity today.
