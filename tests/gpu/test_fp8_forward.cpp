@@ -78,7 +78,9 @@ TEST_CASE("e4m3 forward with fp16 output and two-level accumulation and explicit
                         Case{R"({"dtype":"e4m3","head_dim":256,"fp32_two_level_accum":true,"tile":{"block_n":64},
                                 "intra_wg_overlap":false,"pingpong":false})",
                              1, 799},
-                        Case{R"({"dtype":"e4m3","head_dim":256,"tile":{"block_n":64},"stages":3})", 4224, 239}}) {
+                        Case{R"({"dtype":"e4m3","head_dim":256,"tile":{"block_n":64},"stages":3})", 4224, 239},
+                        Case{R"({"dtype":"e4m3","head_dim":128,"quant":"per_block","tile":{"block_n":128}})", 239, 1023},
+                        Case{R"({"dtype":"e4m3","head_dim":64,"quant":"per_block","out_dtype":"fp16"})", 1023, 113}}) {
     INFO(c.spec);
     const Spec spec = parse_spec(std::string(c.spec));
     const std::shared_ptr<const Kernel> kernel = load_kernel(runtime(), spec);
