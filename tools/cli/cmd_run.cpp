@@ -48,6 +48,7 @@ void print_fp8_accuracy(Runtime& runtime, const attention_fwd::Spec& spec, const
 }  // namespace
 
 int cmd_run(const GlobalOptions& global, const RunOptions& options) {
+  if (is_quantize_spec(options.spec_path)) return cmd_run_quantize(global, options);
   const AttentionCase c = testing::load_attention_case(options.spec_path);
   const attention_fwd::Spec& spec = c.spec;
   Runtime runtime(RuntimeOptions{global.cache_dir});
@@ -82,6 +83,7 @@ int cmd_run(const GlobalOptions& global, const RunOptions& options) {
 }
 
 int cmd_bench(const GlobalOptions& global, const RunOptions& options) {
+  if (is_quantize_spec(options.spec_path)) return cmd_bench_quantize(global, options);
   const AttentionCase c = testing::load_attention_case(options.spec_path);
   const attention_fwd::Spec& spec = c.spec;
   testing::require_problem(c);

@@ -47,6 +47,10 @@ int cmd_emit(const GlobalOptions& global, const EmitOptions& options);
 int cmd_compile(const GlobalOptions& global, const CompileOptions& options);
 int cmd_run(const GlobalOptions& global, const RunOptions& options);
 int cmd_bench(const GlobalOptions& global, const RunOptions& options);
+/// run / bench of a quantize_fp8 (FP8 pre-pass) spec (cmd_quantize.cpp); is_quantize_spec reads the file's "kind".
+bool is_quantize_spec(const std::string& path);
+int cmd_run_quantize(const GlobalOptions& global, const RunOptions& options);
+int cmd_bench_quantize(const GlobalOptions& global, const RunOptions& options);
 int cmd_tune(const GlobalOptions& global, const TuneOptions& options);
 struct WarmOptions {
   std::vector<std::string> paths;  // spec files, or directories whose *.json files are specs
