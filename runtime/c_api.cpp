@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "kernels/attention_fwd/emit.h"
 #include "kernels/attention_fwd/launch.h"
+#include "kernels/quantize_fp8/launch.h"
 #include "runtime/runtime.h"
 
 #ifndef FA3JIT_PROJECT_VERSION
@@ -237,6 +238,67 @@ fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) 
   return args;
 }
 
+fa3jit::quantize_fp8::Rope to_rope(int32_t value) {
+  switch (value) {
+    case FA3JIT_ROPE_NONE: return fa3jit::quantize_fp8::Rope::kNone;
+    case FA3JIT_ROPE_NEOX: return fa3jit::quantize_fp8::Rope::kNeox;
+    case FA3JIT_ROPE_INTERLEAVED: return fa3jit::quantize_fp8::Rope::kInterleaved;
+  }
+  invalid(fmt::format("params.rope is {}; expected FA3JIT_ROPE_NONE (0), FA3JIT_ROPE_NEOX (1) or "
+                      "FA3JIT_ROPE_INTERLEAVED (2)",
+                      value));
+}
+
+// fa3jit_quantize_params -> the pre-pass's options and arguments. Only the C-specific checks (enums as integers,
+// flags, the block rows a C caller must set); the launch path checks the rest and names the argument.
+struct QuantizeCall {
+  fa3jit::quantize_fp8::QuantizeOptions options;
+  fa3jit::quantize_fp8::QuantizeArgs args;
+};
+
+QuantizeCall to_quantize_call(const fa3jit_quantize_params& params) {
+  check_struct_size(&params, "fa3jit_quantize_params", true);
+  QuantizeCall call;
+  call.args.dtype = to_dtype(enum_value(params.dtype), "dtype");
+  if (params.hadamard != 0 && params.hadamard != 1)
+    invalid(fmt::format("params.hadamard is {}; expected 0 or 1", params.hadamard));
+  call.options.hadamard = params.hadamard != 0;
+  call.options.rope = to_rope(params.rope);
+  if (params.rotary_dim < 0)
+    invalid(fmt::format("params.rotary_dim is {}; expected 0 (head_dim) or more", params.rotary_dim));
+  call.options.rotary_dim = params.rotary_dim;
+  // No default: the rows must be the block_m / block_n of the attention kernel that reads the descales, and a
+  // wrong value would pass every extent check of the attention call.
+  if (params.q_block_rows == 0 || params.k_block_rows == 0)
+    invalid(fmt::format("params.q_block_rows is {} and params.k_block_rows is {}; set both (non-zero) to the block_m "
+                        "and block_n of the attention kernel that reads the descales (fa3jit_attention_quant_blocks)",
+                        params.q_block_rows, params.k_block_rows));
+  call.options.q_block_rows = params.q_block_rows;
+  call.options.k_block_rows = params.k_block_rows;
+  fa3jit::quantize_fp8::QuantizeArgs& a = call.args;
+  a.batch = params.batch;
+  a.seqlen_q = params.seqlen_q;
+  a.seqlen_k = params.seqlen_k;
+  a.num_heads = params.num_heads;
+  a.num_heads_kv = params.num_heads_kv;
+  a.head_dim = params.head_dim;
+  a.head_dim_v = params.head_dim_v == 0 ? params.head_dim : params.head_dim_v;
+  a.q = to_view(params.q, "q");
+  a.k = to_view(params.k, "k");
+  a.v = to_view(params.v, "v");
+  a.q8 = to_view(params.q8, "q8");
+  a.k8 = to_view(params.k8, "k8");
+  a.v8 = to_view(params.v8, "v8");
+  a.q_descale = params.q_descale;
+  a.k_descale = params.k_descale;
+  a.v_descale = params.v_descale;
+  a.rope_cos = params.rope_cos;
+  a.rope_sin = params.rope_sin;
+  a.rope_max_seqlen = params.rope_max_seqlen;
+  a.seed = params.seed;
+  return call;
+}
+
 void fill_info(const fa3jit::PreparedKernel& prepared, fa3jit_kernel_info* out) {
   fa3jit_kernel_info info;
   std::memset(&info, 0, sizeof(info));
@@ -356,6 +418,15 @@ fa3jit_status fa3jit_attention_quant_blocks(const fa3jit_kernel* kernel, int64_t
                                    static_cast<int>(head_dim), causal != 0);
     *block_m = spec.block_m;
     *block_n = spec.block_n;
+  });
+}
+
+fa3jit_status fa3jit_quantize_fp8(fa3jit_runtime* runtime, const fa3jit_quantize_params* params, void* cuda_stream) {
+  return guarded("fa3jit_quantize_fp8", [&] {
+    check_runtime(runtime, "fa3jit_quantize_fp8");
+    if (params == nullptr) invalid("fa3jit_quantize_fp8: params is NULL");
+    const QuantizeCall call = to_quantize_call(*params);
+    fa3jit::quantize_fp8::quantize_fp8(runtime->runtime, call.options, call.args, cuda_stream);
   });
 }
 

@@ -16,6 +16,9 @@
 #include "fake_cuda.h"
 #include "kernels/attention_fwd/emit.h"
 #include "kernels/attention_fwd/launch.h"
+#include "kernels/quantize_fp8/emit.h"
+#include "kernels/quantize_fp8/launch.h"
+#include "kernels/quantize_fp8/params.h"
 
 using namespace fa3jit::attention_fwd;
 using Catch::Matchers::Contains;
@@ -310,4 +313,153 @@ TEST_CASE("C ABI: fa3jit_attention_quant_blocks gives the tile of the e4m3 kerne
   CHECK(block_n == 128);
   CHECK(block_m == parse_spec(std::string(spec_json)).block_m);
   fa3jit_kernel_destroy(kernel);
+}
+
+// ---- fa3jit_quantize_fp8 (the FP8 pre-pass) ----------------------------------------------------------------
+
+namespace {
+
+namespace qf = fa3jit::quantize_fp8;
+
+// Records the pre-pass's Params (larger than the attention kernel's) while alive, then the attention's again.
+struct RecordQuantizeParams {
+  void (*set_param_bytes)(uint64_t) = nullptr;
+  RecordQuantizeParams() {
+    (void)fake();
+    set_param_bytes =
+        reinterpret_cast<void (*)(uint64_t)>(dlsym(dlopen("libcuda.so.1", RTLD_NOW), "fake_cuda_set_param_bytes"));
+    REQUIRE(set_param_bytes != nullptr);
+    set_param_bytes(sizeof(qf::Params));
+  }
+  ~RecordQuantizeParams() { set_param_bytes(sizeof(Params)); }
+};
+
+// bf16 q/k/v, e4m3 outputs: batch 2, seqlen_q 300, seqlen_k 257, GQA 8:2, head_dim 128, the e4m3 attention
+// kernel's blocks.
+fa3jit_quantize_params quantize_params() {
+  int32_t block_m = 0, block_n = 0;
+  REQUIRE(fa3jit_attention_quant_blocks(nullptr, 128, 0, &block_m, &block_n) == FA3JIT_OK);
+  fa3jit_quantize_params p;
+  fa3jit_quantize_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.batch = 2, p.seqlen_q = 300, p.seqlen_k = 257, p.num_heads = 8, p.num_heads_kv = 2, p.head_dim = 128;
+  p.q = tensor(2, 300, 8, 128, 2);
+  p.k = tensor(2, 257, 2, 128, 2);
+  p.v = tensor(2, 257, 2, 128, 2);
+  p.q8 = tensor(2, 300, 8, 128, 1);
+  p.k8 = tensor(2, 257, 2, 128, 1);
+  p.v8 = tensor(2, 257, 2, 128, 1);
+  p.q_block_rows = block_m;
+  p.k_block_rows = block_n;
+  const int64_t m_blocks = (300 + block_m - 1) / block_m, n_blocks = (257 + block_n - 1) / block_n;
+  p.q_descale = static_cast<float*>(device_alloc(static_cast<uint64_t>(2 * 8 * m_blocks * 4)));
+  p.k_descale = static_cast<float*>(device_alloc(static_cast<uint64_t>(2 * 2 * n_blocks * 4)));
+  p.v_descale = static_cast<float*>(device_alloc(2 * 2 * 128 * 4));
+  return p;
+}
+
+void expect_quantize_invalid(const fa3jit_quantize_params& p, const std::string& fragment) {
+  const int before = launch_count();
+  CHECK(fa3jit_quantize_fp8(runtime(), &p, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains(fragment));
+  CHECK(launch_count() == before);
+}
+
+}  // namespace
+
+TEST_CASE("C ABI: fa3jit_quantize_fp8 launches the three passes with the caller's pointers",
+          "[fake_driver][capi][fp8]") {
+  RecordQuantizeParams record;
+  fa3jit_quantize_params p = quantize_params();
+  p.seed = 0x1234567890abcdefULL;
+  const int before = launch_count();
+  INFO(fa3jit_last_error());
+  REQUIRE(fa3jit_quantize_fp8(runtime(), &p, nullptr) == FA3JIT_OK);
+  REQUIRE(launch_count() == before + 3);
+  const FakeCudaLaunch r = last_launch();
+  qf::QuantizeOptions options;
+  options.q_block_rows = p.q_block_rows;
+  options.k_block_rows = p.k_block_rows;
+  qf::QuantizeArgs args;
+  args.dtype = fa3jit::DType::kBf16;
+  args.head_dim = args.head_dim_v = 128;
+  CHECK(std::string(r.kernel_name) == qf::kernel_name(qf::spec_for(args, options)));
+  qf::Params k;
+  std::memcpy(&k, r.params, sizeof(k));
+  CHECK(k.pass == qf::kPassVQuant);  // the last of the three
+  CHECK(k.q == p.q.data);
+  CHECK(k.k8 == p.k8.data);
+  CHECK(k.v_descale == p.v_descale);
+  CHECK(k.seed == p.seed);
+  CHECK(k.seqlen_q == 300);
+  CHECK(k.seqlen_k == 257);
+  CHECK(k.q_blocks == (300 + p.q_block_rows - 1) / p.q_block_rows);
+  CHECK(k.k_blocks == (257 + p.k_block_rows - 1) / p.k_block_rows);
+  CHECK(k.rope_cos == nullptr);
+
+  SECTION("with RoPE tables") {
+    p.rope = FA3JIT_ROPE_INTERLEAVED;
+    p.rotary_dim = 64;
+    p.rope_max_seqlen = 300;
+    p.rope_cos = static_cast<const float*>(device_alloc(300 * 32 * 4));
+    p.rope_sin = static_cast<const float*>(device_alloc(300 * 32 * 4));
+    REQUIRE(fa3jit_quantize_fp8(runtime(), &p, nullptr) == FA3JIT_OK);
+    REQUIRE(launch_count() == before + 6);
+    std::memcpy(&k, last_launch().params, sizeof(k));
+    CHECK(k.rope_cos == p.rope_cos);
+    CHECK(k.rope_sin == p.rope_sin);
+  }
+}
+
+TEST_CASE("C ABI: fa3jit_quantize_fp8 refuses bad enums, flags and block rows before launching",
+          "[fake_driver][capi][fp8]") {
+  RecordQuantizeParams record;
+  fa3jit_quantize_params p = quantize_params();
+  // Stored as a C caller would; the library reads them as integers, never as the enum.
+  for (const int32_t value : {3, -1, INT32_MAX, INT32_MIN}) {
+    p.rope = value;
+    expect_quantize_invalid(p, "params.rope is " + std::to_string(value));
+  }
+  p.rope = FA3JIT_ROPE_NONE;
+  for (const int32_t value : {-2, 3, INT32_MAX}) {
+    std::memcpy(&p.dtype, &value, sizeof(value));
+    expect_quantize_invalid(p, "params.dtype is " + std::to_string(value));
+  }
+  p.dtype = FA3JIT_DTYPE_BF16;
+  SECTION("hadamard") {
+    p.hadamard = 2;
+    expect_quantize_invalid(p, "params.hadamard is 2");
+  }
+  SECTION("block rows left at 0") {
+    p.k_block_rows = 0;
+    expect_quantize_invalid(p, "fa3jit_attention_quant_blocks");
+  }
+  SECTION("RoPE without tables") {
+    p.rope = FA3JIT_ROPE_NEOX;
+    expect_quantize_invalid(p, "rope_cos is null");
+  }
+  SECTION("tables without RoPE") {
+    p.rope_cos = p.rope_sin = static_cast<const float*>(device_alloc(300 * 64 * 4));
+    p.rope_max_seqlen = 300;
+    expect_quantize_invalid(p, "rope_cos / rope_sin is set");
+  }
+  SECTION("a NULL output") {
+    p.v8.data = nullptr;
+    expect_quantize_invalid(p, "params.v8.data is NULL");
+  }
+  SECTION("struct_size") {
+    p.struct_size = sizeof(p) - 8;
+    expect_quantize_invalid(p, "fa3jit_quantize_params.struct_size");
+  }
+  SECTION("an e4m3 input dtype is unsupported") {
+    p.dtype = FA3JIT_DTYPE_E4M3;
+    CHECK(fa3jit_quantize_fp8(runtime(), &p, nullptr) == FA3JIT_ERROR_UNSUPPORTED);
+  }
+  SECTION("a bad block size is an invalid spec") {
+    p.q_block_rows = 100;
+    CHECK(fa3jit_quantize_fp8(runtime(), &p, nullptr) == FA3JIT_ERROR_INVALID_SPEC);
+    CHECK_THAT(fa3jit_last_error(), Contains("q_block_rows"));
+  }
+  CHECK(fa3jit_quantize_fp8(runtime(), nullptr, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK(fa3jit_quantize_fp8(nullptr, &p, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
 }

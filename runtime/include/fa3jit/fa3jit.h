@@ -12,6 +12,8 @@
  *   fa3jit_status s = fa3jit_attention_forward(rt, NULL, &p, stream);  // asynchronous on `stream`
  *   // FP8: p.dtype = FA3JIT_DTYPE_E4M3; p.quant = FA3JIT_QUANT_PER_HEAD;        // out bf16 unless p.out_dtype
  *   //      p.q_descale = (fa3jit_scale){q_descale, num_heads_kv, 1}; ... k_descale, v_descale alike
+ *   // FP8 from 16-bit inputs: fa3jit_quantize_fp8 (Hadamard rotation + per-block descales, FA3 §3.3) writes
+ *   //      the e4m3 q, k, v and PER_BLOCK descales that fa3jit_attention_forward then reads on the same stream
  *   fa3jit_runtime_destroy(rt);
  *
  * A caller that pins a kernel (a tuned spec) creates it once and passes the handle on every call; no JSON
@@ -250,6 +252,92 @@ FA3JIT_API fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime
  *   family, a head_dim that E4M3 does not support: the message lists the supported ones). */
 FA3JIT_API fa3jit_status fa3jit_attention_quant_blocks(const fa3jit_kernel* kernel, int64_t head_dim, int32_t causal,
                                                        int32_t* block_m, int32_t* block_n);
+
+/* ---- FP8 pre-pass ------------------------------------------------------------------------------------- */
+
+/* RoPE of the FP8 pre-pass (FlashAttention's apply_rotary_emb; kernels/quantize_fp8/spec.h). Stored in an
+ * int32_t field, range-checked as one. */
+typedef enum fa3jit_rope {
+  FA3JIT_ROPE_NONE = 0,       /* no rotary embedding */
+  FA3JIT_ROPE_NEOX = 1,       /* pairs (i, i + rotary_dim / 2): rotate halves (interleaved=False) */
+  FA3JIT_ROPE_INTERLEAVED = 2 /* pairs (2i, 2i + 1) (interleaved=True) */
+} fa3jit_rope;
+
+/* One FP8 pre-pass: 16-bit q, k, v -> the e4m3 inputs and PER_BLOCK descales of fa3jit_attention_forward, with
+ * FlashAttention-3's incoherent processing and block quantisation (FA3 paper, arXiv 2407.08608, §3.3):
+ *   1. rope != NONE: RoPE on q and k, token s at position s, with row s of rope_cos / rope_sin:
+ *        x1' = x1 cos - x2 sin,  x2' = x1 sin + x2 cos  over the pairs of fa3jit_rope, i < rotary_dim / 2;
+ *   2. hadamard = 1: every head vector x of q and k becomes H.D.x / sqrt(head_dim), H the Sylvester
+ *      Walsh-Hadamard matrix, D the +-1 diagonal of `seed` (kernels/quantize_fp8/params.h: hadamard_sign). The
+ *      rotation is orthogonal and q and k share D, so q k^T is unchanged (up to rounding) while outliers spread
+ *      over all coordinates; v is never rotated;
+ *   3. descale = amax / 448 (the largest finite e4m3) of each block, 1 for a block whose amax is 0; stored
+ *      value = round-to-nearest-even, saturating, of x / descale.
+ *
+ * Layouts (strides in ELEMENTS; the dim axis contiguous):
+ *   q          dtype (batch, seqlen_q, num_heads,    head_dim)
+ *   k          dtype (batch, seqlen_k, num_heads_kv, head_dim)
+ *   v          dtype (batch, seqlen_k, num_heads_kv, head_dim_v)
+ *              inputs: base 16-byte aligned, strides multiples of 16 bytes; they may overlap (a packed qkv)
+ *   q8, k8, v8 e4m3 with the shapes of q, k, v; base 16-byte aligned, strides multiples of 16 bytes (a
+ *              contiguous tensor qualifies); each overlaps neither itself nor any other tensor
+ *   q_descale  float (batch, num_heads,    ceil(seqlen_q / q_block_rows)), contiguous: one per q_block_rows tokens
+ *   k_descale  float (batch, num_heads_kv, ceil(seqlen_k / k_block_rows)), contiguous: one per k_block_rows tokens
+ *   v_descale  float (batch, num_heads_kv, head_dim_v), contiguous: one per V channel over all seqlen_k tokens
+ *   rope_cos, rope_sin  float (rope_max_seqlen, rotary_dim / 2), contiguous, 16-byte aligned; row s is token s
+ *              of q and of k; rope_max_seqlen >= max(seqlen_q, seqlen_k). NULL (and rope_max_seqlen ignored)
+ *              without RoPE.
+ * These are exactly the e4m3 inputs and the PER_BLOCK descales (fa3jit_scale: stride_batch = heads * blocks,
+ * stride_head = blocks) of fa3jit_attention_forward when q_block_rows and k_block_rows are the block_m and
+ * block_n of the attention kernel that will read them (fa3jit_attention_quant_blocks): there is no default for
+ * them, a mismatch would pass every extent check and scale the wrong rows.
+ * With the rotation, q8 and k8 hold the rotated vectors: pass them to the attention forward as they are. */
+typedef struct fa3jit_quantize_params {
+  size_t struct_size; /* sizeof(fa3jit_quantize_params) as compiled by the caller */
+  fa3jit_dtype dtype; /* of q, k, v: FP16 or BF16 (E4M3 is UNSUPPORTED); read as a 32-bit integer */
+  int32_t hadamard;   /* 0 or 1: the rotation of step 2 (fa3jit_quantize_params_init sets 1) */
+  int64_t batch, seqlen_q, seqlen_k, num_heads, num_heads_kv, head_dim, head_dim_v; /* head_dim_v 0 = head_dim */
+  fa3jit_tensor q, k, v;    /* inputs */
+  fa3jit_tensor q8, k8, v8; /* e4m3 outputs */
+  float* q_descale;         /* fp32 outputs, device pointers, 4-byte aligned */
+  float* k_descale;
+  float* v_descale;
+  int32_t rope;             /* an fa3jit_rope */
+  int32_t rotary_dim;       /* elements RoPE rotates: 0 = head_dim; NEOX a power of two in [16, head_dim],
+                               INTERLEAVED a multiple of 8 in [8, head_dim]; 0 (or head_dim) without RoPE */
+  int32_t q_block_rows;     /* tokens per q_descale entry: the attention kernel's block_m; a multiple of 16 */
+  int32_t k_block_rows;     /* tokens per k_descale entry: its block_n; a multiple of 16 (both in [16, 256]) */
+  const float* rope_cos;    /* device pointers, with RoPE only */
+  const float* rope_sin;
+  int64_t rope_max_seqlen;  /* rows of rope_cos and rope_sin */
+  uint64_t seed;            /* of the Hadamard sign diagonal D; any value */
+} fa3jit_quantize_params;
+
+/* Zero-fills *params, sets struct_size and hadamard = 1 (rope NONE, rotary_dim head_dim). q_block_rows and
+ * k_block_rows stay 0, which a call refuses: set them from fa3jit_attention_quant_blocks. */
+static inline void fa3jit_quantize_params_init(fa3jit_quantize_params* params) {
+  memset(params, 0, sizeof(*params));
+  params->struct_size = sizeof(fa3jit_quantize_params);
+  params->hadamard = 1;
+}
+
+/* Launches the FP8 pre-pass on `cuda_stream` (NULL = the legacy default stream) of the device that owns the
+ * pointers: three kernel launches in stream order (q and k; the V channel amax; V), no allocation, no
+ * synchronisation, CUDA-graph capturable. The kernel of (dtype, head dims, hadamard, rope, rotary_dim, block
+ * rows) is compiled on the first call of its class and cached in the runtime. Asynchronous: errors of the kernel
+ * itself surface at the next synchronisation of the stream. Follow it on the same stream with
+ * fa3jit_attention_forward (dtype E4M3, quant PER_BLOCK, the descales above).
+ * Errors (argument checks come before anything touches device memory):
+ *   INVALID_ARGUMENT: runtime or params NULL; a stale runtime; struct_size, dtype, hadamard or rope out of range;
+ *     q_block_rows or k_block_rows 0; a NULL or misaligned pointer; a stride not a positive multiple of 16
+ *     bytes; a size < 1 or one that makes more than 2^31 blocks; tensors on different devices; an extent past
+ *     its allocation; an output overlapping itself or another tensor; rope tables missing with RoPE, given
+ *     without it, or shorter than max(seqlen_q, seqlen_k); a stream of another context;
+ *   INVALID_SPEC: rotary_dim, q_block_rows or k_block_rows outside the rules above;
+ *   UNSUPPORTED: a dtype or head dims the pre-pass does not generate (fa3jit_capabilities_json, "quantize_fp8");
+ *   COMPILE_FAILED; NO_DRIVER; DRIVER (a driver call or a launch failed); CACHE; INTERNAL. */
+FA3JIT_API fa3jit_status fa3jit_quantize_fp8(fa3jit_runtime* runtime, const fa3jit_quantize_params* params,
+                                             void* cuda_stream);
 
 /* ---- compile (warm-up and tooling) ------------------------------------------------------------------- */
 

@@ -11,6 +11,8 @@ against torch.
     out = fa3jit.flash_attn_func(q, k, v, kernel=k128)
     out = fa3jit.flash_attn_func(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)  # float8_e4m3fn, bf16 out
     fa3jit.fp8_quant_blocks(128)                                 # (block_m, block_n) of per-block descales
+    q8, k8, v8, qd, kd, vd = fa3jit.quantize_fp8(q, k, v)          # 16-bit -> e4m3 + per-block descales (FA3 §3.3)
+    out = fa3jit.flash_attn_fp8_func(q, k, v, causal=True)      # the pre-pass, then the e4m3 kernel; out in q's dtype
 
 The shared library is found at run time (fa3jit._capi explains the order): libfa3jit.so next to this package
 (a wheel bundles it there), else FA3JIT_LIBRARY, else <source tree>/build/libfa3jit.so, else the system loader.
@@ -26,10 +28,13 @@ from . import _torch_ops
 from ._capi import (ABI_VERSION, Fa3jitError, Fa3jitRuntimeError, Fa3jitValueError, Kernel, LibraryNotFoundError,
                     Runtime, Spec, capabilities, library_path, runtime, version)
 from .attention import flash_attn_func, fp8_quant_blocks
+from .fp8 import flash_attn_fp8_func, quantize_fp8
 
 __all__ = [
     "flash_attn_func",
     "fp8_quant_blocks",
+    "quantize_fp8",
+    "flash_attn_fp8_func",
     "Kernel",
     "compile_spec",
     "capabilities",

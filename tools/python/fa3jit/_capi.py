@@ -67,6 +67,11 @@ QUANT_NONE = 0
 QUANT_PER_HEAD = 1
 QUANT_PER_BLOCK = 2
 
+# fa3jit_rope (fa3jit_quantize_params.rope)
+ROPE_NONE = 0
+ROPE_NEOX = 1
+ROPE_INTERLEAVED = 2
+
 KEY_CAPACITY = 80
 KERNEL_NAME_CAPACITY = 128
 KIND_CAPACITY = 32
@@ -183,6 +188,45 @@ if PARAMS_CALL_OFFSET + PARAMS_CALL_STRUCT.size != ForwardParams.softmax_scale.o
 PARAMS_FP8_CALL_STRUCT = struct.Struct(PARAMS_CALL_STRUCT.format + " P N i i" + " P2q" * 3)
 if PARAMS_CALL_OFFSET + PARAMS_FP8_CALL_STRUCT.size != ctypes.sizeof(ForwardParams):
     raise ImportError("fa3jit: PARAMS_FP8_CALL_STRUCT does not cover ForwardParams.dtype .. v_descale")
+
+
+class QuantizeParams(ctypes.Structure):
+    """fa3jit_quantize_params (the FP8 pre-pass, fa3jit_quantize_fp8). Built with keywords; struct_size defaults
+    to this struct's size and hadamard to 1, as fa3jit_quantize_params_init sets them."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("dtype", ctypes.c_int),
+        ("hadamard", ctypes.c_int32),
+        ("batch", ctypes.c_int64),
+        ("seqlen_q", ctypes.c_int64),
+        ("seqlen_k", ctypes.c_int64),
+        ("num_heads", ctypes.c_int64),
+        ("num_heads_kv", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("head_dim_v", ctypes.c_int64),
+        ("q", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("q8", Tensor),
+        ("k8", Tensor),
+        ("v8", Tensor),
+        ("q_descale", ctypes.c_void_p),
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
+        ("rope", ctypes.c_int32),
+        ("rotary_dim", ctypes.c_int32),
+        ("q_block_rows", ctypes.c_int32),
+        ("k_block_rows", ctypes.c_int32),
+        ("rope_cos", ctypes.c_void_p),
+        ("rope_sin", ctypes.c_void_p),
+        ("rope_max_seqlen", ctypes.c_int64),
+        ("seed", ctypes.c_uint64),
+    ]
+
+    def __init__(self, **fields: Any):
+        fields.setdefault("struct_size", ctypes.sizeof(QuantizeParams))
+        fields.setdefault("hadamard", 1)
+        super().__init__(**fields)
 
 
 class KernelInfo(ctypes.Structure):
@@ -320,6 +364,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fa3jit_kernel_destroy": (None, [c_void_p]),
         "fa3jit_kernel_get_info": (c_int, [c_void_p, ctypes.POINTER(KernelInfo)]),
         "fa3jit_compile_spec": (c_int, [c_void_p, c_char_p, ctypes.POINTER(KernelInfo)]),
+        # params as c_void_p: fa3jit.fp8 passes the address of its QuantizeParams.
+        "fa3jit_quantize_fp8": (c_int, [c_void_p, c_void_p, c_void_p]),
         "fa3jit_attention_quant_blocks": (c_int, [c_void_p, ctypes.c_int64, ctypes.c_int32,
                                                   ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32)]),
     }
