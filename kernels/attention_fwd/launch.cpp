@@ -30,9 +30,7 @@ struct CallShape {
 };
 
 // The output dtype a call asks for: given, or the default of its input dtype.
-DType resolved_out_dtype(const ForwardArgs& a) {
-  return a.out_dtype ? *a.out_dtype : (a.dtype == DType::kE4m3 ? DType::kBf16 : a.dtype);
-}
+DType resolved_out_dtype(const ForwardArgs& a) { return a.out_dtype ? *a.out_dtype : default_out_dtype(a.dtype); }
 
 // Arithmetic checks only: no driver, no allocation, no string on success.
 CallShape check_shape(const ForwardArgs& a) {
@@ -42,9 +40,9 @@ CallShape check_shape(const ForwardArgs& a) {
                                                      dtype_name(a.dtype), allowed_dtypes()));
   s.out_dtype = resolved_out_dtype(a);
   const bool fp8 = a.dtype == DType::kE4m3;
-  if (fp8 ? !(s.out_dtype == DType::kBf16 || s.out_dtype == DType::kFp16) : s.out_dtype != a.dtype)
+  if (!supports_out_dtype(a.dtype, s.out_dtype))
     bad_argument(fmt::format("argument out_dtype = {} is not allowed with dtype {}; expected {}",
-                             dtype_name(s.out_dtype), dtype_name(a.dtype), fp8 ? "bf16 or fp16" : dtype_name(a.dtype)));
+                             dtype_name(s.out_dtype), dtype_name(a.dtype), allowed_out_dtypes(a.dtype)));
   if (fp8 ? !(a.quant == Quant::kPerHead || a.quant == Quant::kPerBlock) : a.quant != Quant::kNone)
     bad_argument(fmt::format("argument quant = {} is not allowed with dtype {}; expected {}", quant_name(a.quant),
                              dtype_name(a.dtype), fp8 ? "per_head or per_block" : "none"));
@@ -150,7 +148,7 @@ CUtensorMapDataType tensor_map_type(DType dtype) {
 // One descale tensor (launch.h: ScaleView): (batch, heads, inner) with inner's stride 1 and free batch/head strides
 // (0 allowed: a broadcast scale), in bounds of its allocation, on the call's device, not overlapping an output.
 void check_descale(const ScaleView& view, const char* name, int64_t batch, int64_t heads, int64_t inner,
-                   const char* shape_text, const CallDevice& device, const ByteRange& out) {
+                   const char* shape_text, const CallDevice& device, const ByteRange& out, const ByteRange& lse) {
   if (view.data == nullptr)
     bad_argument(fmt::format("argument {} is null; an e4m3 call needs it, fp32 of shape {}", name, shape_text));
   if (reinterpret_cast<uintptr_t>(view.data) % 4 != 0)
@@ -165,24 +163,24 @@ void check_descale(const ScaleView& view, const char* name, int64_t batch, int64
   if (last > 0x7fffffff)
     bad_argument(fmt::format("argument {} spans {} elements; expected fewer than 2^31", name, last + 1));
   const ByteRange r = check_allocation(view.data, static_cast<uint64_t>(last + 1) * 4, device, name, nullptr, nullptr);
-  if (r.overlaps(out)) bad_argument(fmt::format("argument {} overlaps out", name));
+  if (r.overlaps(out) || r.overlaps(lse)) bad_argument(fmt::format("argument {} overlaps out or lse", name));
 }
 
 void check_descales(const Spec& spec, const ForwardArgs& a, const CallShape& s, const CallDevice& device,
-                    const ByteRange& out) {
+                    const ByteRange& out, const ByteRange& lse) {
   if (spec.quant == Quant::kPerHead) {
     for (auto [view, name] : {std::pair{&a.q_descale, "q_descale"}, std::pair{&a.k_descale, "k_descale"},
                               std::pair{&a.v_descale, "v_descale"}})
-      check_descale(*view, name, s.batch, s.num_heads_kv, 1, "(batch, num_heads_kv)", device, out);
+      check_descale(*view, name, s.batch, s.num_heads_kv, 1, "(batch, num_heads_kv)", device, out, lse);
   } else {
     const int64_t m_blocks = (s.seqlen_q + spec.block_m - 1) / spec.block_m;
     const int64_t n_blocks = (s.seqlen_k + spec.block_n - 1) / spec.block_n;
     check_descale(a.q_descale, "q_descale", s.batch, s.num_heads, m_blocks, "(batch, num_heads, ceil(seqlen_q / block_m))",
-                  device, out);
+                  device, out, lse);
     check_descale(a.k_descale, "k_descale", s.batch, s.num_heads_kv, n_blocks,
-                  "(batch, num_heads_kv, ceil(seqlen_k / block_n))", device, out);
+                  "(batch, num_heads_kv, ceil(seqlen_k / block_n))", device, out, lse);
     check_descale(a.v_descale, "v_descale", s.batch, s.num_heads_kv, s.head_dim_v, "(batch, num_heads_kv, head_dim_v)",
-                  device, out);
+                  device, out, lse);
   }
 }
 
@@ -199,17 +197,21 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
   const ByteRange v = check_tensor(a.v, v_shape, s.elem_bytes, device);
   const ByteRange out = check_tensor(a.out, o_shape, s.out_elem_bytes, device);
   check_no_self_overlap(a.out, o_shape);
+  // In place only when every CTA overwrites exactly the bytes of its own Q tile: same element size too (an e4m3
+  // q under a 16-bit out would have out rows land on other CTAs' Q rows).
   const bool in_place = a.out.data == a.q.data && a.out.stride_batch == a.q.stride_batch &&
                         a.out.stride_seq == a.q.stride_seq && a.out.stride_head == a.q.stride_head &&
-                        s.head_dim_v == s.head_dim;
+                        s.head_dim_v == s.head_dim && s.out_elem_bytes == s.elem_bytes;
   if (out.overlaps(k) || out.overlaps(v) || (out.overlaps(q) && !in_place))
-    bad_argument("argument out overlaps q, k or v; the output may only alias q exactly (same pointer and strides)");
+    bad_argument("argument out overlaps q, k or v; the output may only alias q exactly (same pointer, strides and "
+                 "element size)");
+  ByteRange lse{};
   if (a.lse != nullptr) {
     const int64_t lse_rows = checked_mul_add(checked_mul_add(s.batch, s.num_heads, 0, "lse's size"), s.seqlen_q, 0,
                                              "lse's size");
     const int64_t lse_bytes = checked_mul_add(lse_rows, 4, 0, "lse's size");
     const TensorShape lse_shape{"lse", s.batch, s.num_heads, s.seqlen_q, 1};
-    const ByteRange lse = check_allocation(a.lse, static_cast<uint64_t>(lse_bytes), device, "lse", &lse_shape, nullptr);
+    lse = check_allocation(a.lse, static_cast<uint64_t>(lse_bytes), device, "lse", &lse_shape, nullptr);
     if (lse.overlaps(q) || lse.overlaps(k) || lse.overlaps(v) || lse.overlaps(out))
       bad_argument("argument lse overlaps q, k, v or out");
   }
@@ -219,7 +221,7 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
   if (s.num_heads * s.batch > 0x7fffffff || sched.num_tiles > 0x7fffffff)
     bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} make more than 2^31 tiles", s.batch,
                              s.num_heads, s.seqlen_q));
-  if (a.dtype == DType::kE4m3) check_descales(spec, a, s, device, out);
+  if (a.dtype == DType::kE4m3) check_descales(spec, a, s, device, out, lse);
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
   LaunchPlan plan;
   plan.function = function;

@@ -37,6 +37,7 @@ namespace fa3jit::attention_fwd {
 ///   per_block: q_descale (batch, num_heads, ceil(seqlen_q / block_m)), k_descale (batch, num_heads_kv,
 ///              ceil(seqlen_k / block_n)), v_descale (batch, num_heads_kv, head_dim_v): one per row block of
 ///              the kernel's tile (block_m, block_n of its spec) and one per V channel.
+/// Values must be positive and finite; the kernel clamps any other into [FLT_MIN, FLT_MAX] (it cannot report them).
 /// Unused (null) for 16-bit dtypes.
 struct ScaleView {
   const float* data = nullptr;

@@ -56,16 +56,9 @@ void check_head_dims(DType dtype, int head_dim, int head_dim_v) {
                             head_dim_v, head_dim));
 }
 
-std::string allowed_out_dtypes(DType dtype) {
-  if (dtype != DType::kE4m3) return fmt::format("\"{}\" (the input dtype)", dtype_name(dtype));
-  std::vector<std::string> names;
-  for (DType d : capabilities().fp8_out_dtypes) names.push_back(fmt::format("\"{}\"", dtype_name(d)));
-  return fmt::format("one of {}", fmt::join(names, ", "));
-}
-
 void check_precision(const Spec& spec) {
   if (spec.dtype != DType::kE4m3) {
-    if (spec.out_dtype != spec.dtype)
+    if (!supports_out_dtype(spec.dtype, spec.out_dtype))
       invalid(fmt::format("spec field \"out_dtype\": \"{}\" is not allowed with dtype \"{}\"; expected {}",
                           dtype_name(spec.out_dtype), dtype_name(spec.dtype), allowed_out_dtypes(spec.dtype)));
     if (spec.quant != Quant::kNone)
@@ -78,7 +71,7 @@ void check_precision(const Spec& spec) {
                           dtype_name(spec.dtype)));
     return;
   }
-  if (!contains(capabilities().fp8_out_dtypes, spec.out_dtype))
+  if (!supports_out_dtype(spec.dtype, spec.out_dtype))
     invalid(fmt::format("spec field \"out_dtype\": \"{}\" is not allowed with dtype \"e4m3\"; expected {}",
                         dtype_name(spec.out_dtype), allowed_out_dtypes(spec.dtype)));
   if (spec.quant != Quant::kPerHead && spec.quant != Quant::kPerBlock)
@@ -207,6 +200,19 @@ std::string allowed_head_dims(DType dtype) {
                      fmt::join(dtype == DType::kE4m3 ? capabilities().fp8_head_dims : capabilities().head_dims, ", "));
 }
 
+DType default_out_dtype(DType dtype) noexcept { return dtype == DType::kE4m3 ? DType::kBf16 : dtype; }
+
+bool supports_out_dtype(DType dtype, DType out) noexcept {
+  return dtype == DType::kE4m3 ? contains(capabilities().fp8_out_dtypes, out) : out == dtype;
+}
+
+std::string allowed_out_dtypes(DType dtype) {
+  if (dtype != DType::kE4m3) return fmt::format("\"{}\" (the input dtype)", dtype_name(dtype));
+  std::vector<std::string> names;
+  for (DType d : capabilities().fp8_out_dtypes) names.push_back(fmt::format("\"{}\"", dtype_name(d)));
+  return fmt::format("one of {}", fmt::join(names, ", "));
+}
+
 const char* quant_name(Quant quant) noexcept {
   switch (quant) {
     case Quant::kNone: return "none";
@@ -277,7 +283,7 @@ Spec parse_spec(const json& doc) {
   spec.causal = read_knob(doc, "causal", false);
   const bool fp8 = spec.dtype == DType::kE4m3;
   spec.out_dtype = doc.contains("out_dtype") ? read_dtype_field(doc, "out_dtype", allowed_out_dtypes(spec.dtype))
-                                             : (fp8 ? DType::kBf16 : spec.dtype);
+                                             : default_out_dtype(spec.dtype);
   spec.quant = read_quant(doc, spec.dtype);
 
   const TileDefaults defaults = default_tile(spec.dtype, spec.head_dim, spec.causal);
@@ -297,7 +303,7 @@ Spec parse_spec(const json& doc) {
 Spec parse_spec(const std::string& json_text) { return parse_spec(parse_text(json_text)); }
 
 Spec default_spec(DType dtype, int head_dim, int head_dim_v, bool causal) {
-  return default_spec(dtype, dtype == DType::kE4m3 ? DType::kBf16 : dtype,
+  return default_spec(dtype, default_out_dtype(dtype),
                       dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone, head_dim, head_dim_v, causal);
 }
 

@@ -63,6 +63,13 @@ bool supports_head_dims(DType dtype, int head_dim, int head_dim_v) noexcept;
 std::string allowed_head_dims(DType dtype);
 std::string allowed_dtypes();
 
+/// The output dtype of a kernel whose spec or call leaves it out: the input dtype for 16-bit, bf16 for e4m3.
+DType default_out_dtype(DType dtype) noexcept;
+/// Whether `out` is an output dtype of `dtype`'s kernels (the input dtype for 16-bit; capabilities().fp8_out_dtypes
+/// for e4m3), and what a message says is allowed.
+bool supports_out_dtype(DType dtype, DType out) noexcept;
+std::string allowed_out_dtypes(DType dtype);
+
 /// How an e4m3 kernel's inputs are scaled (spec field "quant"; launch.h: ScaleView for the tensors).
 enum class Quant { kNone, kPerHead, kPerBlock };
 /// "none", "per_head", "per_block".

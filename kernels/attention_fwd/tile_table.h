@@ -27,7 +27,8 @@ struct TileDefaults {
   bool fp32_two_level_accum = false;  // e4m3 only
 };
 
-/// Default tile for (dtype, head_dim, causal); head_dim must be one of capabilities().head_dims.
+/// Default tile for (dtype, head_dim, causal); head_dim must be one of capabilities().head_dims (fp8_head_dims for
+/// e4m3).
 TileDefaults default_tile(DType dtype, int head_dim, bool causal);
 
 /// Numbers derived from a valid Spec that the kernel and the launcher both need.

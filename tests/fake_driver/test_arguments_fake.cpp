@@ -392,3 +392,22 @@ TEST_CASE("an explicit kernel must agree with the arguments", "[fake_driver][pla
   CHECK_THROWS_WITH(forward(*kernel, b, nullptr), Contains("argument dtype = fp16 does not match"));
   CHECK(launch_count() == before + 1);
 }
+
+TEST_CASE("an e4m3 call may not write its 16-bit out over q", "[fake_driver][launch][fp8]") {
+  // Same pointer and element strides, but out's elements are twice q's: rows of one CTA's output would land on
+  // another CTA's Q tile, so this aliasing is refused.
+  ForwardArgs a = problem(1, 128, 128, 2, 2, 128);
+  a.dtype = DType::kE4m3;
+  a.quant = Quant::kPerHead;
+  float* scales = static_cast<float*>(device_alloc(64));
+  a.q_descale = a.k_descale = a.v_descale = ScaleView{scales, 0, 0};
+  a.out = a.q;
+  expect_rejected(a, ErrorCode::kInvalidArgument, "the output may only alias q exactly");
+  // A descale that overlaps lse is refused as well.
+  ForwardArgs b = problem(1, 128, 128, 2, 2, 128);
+  b.dtype = DType::kE4m3;
+  b.quant = Quant::kPerHead;
+  b.lse = static_cast<float*>(device_alloc(2 * 128 * 4));
+  b.q_descale = b.k_descale = b.v_descale = ScaleView{b.lse, 0, 0};
+  expect_rejected(b, ErrorCode::kInvalidArgument, "overlaps out or lse");
+}

@@ -12,6 +12,11 @@
 
 namespace fa3jit::attention_fwd {
 
+/// A descale as the kernel uses it: positive and finite. The values come from the caller's memory and only the GPU
+/// sees them, so NaN, zero, negative and infinite ones are clamped into [FLT_MIN, FLT_MAX] (fmaxf maps NaN to the
+/// lower bound) instead of turning the softmax's max into a min or its scores into NaN.
+__device__ __forceinline__ float clamp_descale(float x) { return fminf(fmaxf(x, 1.17549435e-38f), 3.40282347e38f); }
+
 template <class Cfg>
 struct Descale {
   static constexpr bool kFp8 = Cfg::kElemBytes == 1;
@@ -27,13 +32,13 @@ struct Descale {
       const int v_off = tile.batch * p.v_descale_stride_batch + kv_head * p.v_descale_stride_head;
       if constexpr (Cfg::kQuantPerBlock) {
         const int q_off = tile.batch * p.q_descale_stride_batch + tile.head * p.q_descale_stride_head + tile.m_block;
-        d.qk_log2 *= p.q_descale[q_off];
+        d.qk_log2 = clamp_descale(d.qk_log2 * clamp_descale(p.q_descale[q_off]));
         d.k_block = p.k_descale + k_off;
         d.v_chan = p.v_descale + v_off;
       } else {
         const int q_off = tile.batch * p.q_descale_stride_batch + kv_head * p.q_descale_stride_head;
-        d.qk_log2 *= p.q_descale[q_off] * p.k_descale[k_off];
-        d.v_head = p.v_descale[v_off];
+        d.qk_log2 = clamp_descale(d.qk_log2 * clamp_descale(p.q_descale[q_off]) * clamp_descale(p.k_descale[k_off]));
+        d.v_head = clamp_descale(p.v_descale[v_off]);
       }
     }
     return d;
@@ -42,7 +47,7 @@ struct Descale {
   /// The softmax scale of key block n_block in log2 units.
   __device__ __forceinline__ float block_scale_log2(int n_block) const {
     if constexpr (kFp8 && Cfg::kQuantPerBlock) {
-      return qk_log2 * k_block[n_block];
+      return clamp_descale(qk_log2 * clamp_descale(k_block[n_block]));
     } else {
       return qk_log2;
     }
@@ -55,7 +60,7 @@ struct Descale {
     if constexpr (kFp8 && Cfg::kQuantPerBlock) {
       using Frag = AccFragment<2 * kRegs>;
 #pragma unroll
-      for (int i = 0; i < kRegs; ++i) o[i] *= v_chan[Frag::col(i, col0)];
+      for (int i = 0; i < kRegs; ++i) o[i] *= clamp_descale(v_chan[Frag::col(i, col0)]);
     } else if constexpr (kFp8) {
       inv_sum[0] *= v_head;
       inv_sum[1] *= v_head;

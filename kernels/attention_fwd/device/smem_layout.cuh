@@ -1,5 +1,5 @@
 // Shared-memory plan of one CTA (params.h: smem_plan). Every tile starts on a 1024-byte boundary (128-byte
-// swizzle atoms, docs/kernel-design.md §2). A tile of R rows x B bytes is stored as B/128 column blocks of
+// swizzle atoms, docs/kernel-design.md §2). A tile of R rows x B bytes is stored as ceil(B/128) column blocks of
 // R rows x 128 bytes, each 128B-swizzled (hopper/swizzle.cuh): exactly what one TMA box of {128 bytes, R} per
 // column block writes.
 //   Q        : block_m x head_dim            (with the V load stages: the O staging tile of the epilogue)
