@@ -362,12 +362,15 @@ def test_a_pinned_per_block_kernel_uses_its_own_blocks():
         block_m, block_n = fa3jit.fp8_quant_blocks(128, kernel=kernel)
         assert block_n == 128
         q8, k8, v8, _, _ = _quantize_case(1, 239, 1023, 4, 2, 128, "per_head", False, seed=6)
-        qd = torch.ones(1, 4, -(-239 // block_m), device="cuda")
-        kd = torch.ones(1, 2, -(-1023 // block_n), device="cuda")
-        vd = torch.ones(1, 2, 128, device="cuda")
+        # One power-of-two descale everywhere keeps the dequantised values near 1: with descale 1 the raw e4m3
+        # values (up to 448) give scores in the thousands, where the FP8 GEMM's rounding decides the argmax key.
+        d = 2.0 ** -6
+        qd = torch.full((1, 4, -(-239 // block_m)), d, device="cuda")
+        kd = torch.full((1, 2, -(-1023 // block_n)), d, device="cuda")
+        vd = torch.full((1, 2, 128), d, device="cuda")
         out = fa3jit.flash_attn_func(q8, k8, v8, kernel=kernel, q_descale=qd, k_descale=kd, v_descale=vd)
-        check_fp8_against_reference(out, None, q8.float(), k8.float(), v8.float(), False, block_n=block_n)
+        check_fp8_against_reference(out, None, q8.float() * d, k8.float() * d, v8.float() * d, False, block_n=block_n)
         # The tile table's blocks (block_n 224) would not fit this kernel's k_descale.
         with pytest.raises(ValueError, match="k_descale"):
             fa3jit.flash_attn_func(q8, k8, v8, kernel=kernel, q_descale=qd,
-                                   k_descale=torch.ones(1, 2, -(-1023 // 224), device="cuda"), v_descale=vd)
+                                   k_descale=torch.full((1, 2, -(-1023 // 224)), d, device="cuda"), v_descale=vd)
