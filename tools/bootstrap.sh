@@ -83,19 +83,21 @@ if [[ -z "${FA3JIT_CACHE_DIR:-}" ]]; then
   trap 'rm -rf "$FA3JIT_CACHE_DIR"' EXIT
 fi
 export FA3JIT_CACHE_DIR
-# The FP8 SASS test disassembles cubins with cuobjdump. Some toolkit installs (NVRTC + nvcc only) lack it: then
-# take NVIDIA's cuobjdump wheel into the build folder (pip, no root needed).
+# The FP8 SASS test disassembles cubins with cuobjdump (which runs nvdisasm from its own folder). Some toolkit
+# installs (NVRTC + nvcc only) lack them: then take NVIDIA's cuobjdump and nvdisasm wheels into the build folder
+# (pip, no root needed).
 find_cuobjdump() {
   command -v cuobjdump 2>/dev/null && return
   for c in /usr/local/cuda/bin/cuobjdump "$build/cuda-tools/nvidia/cu13/bin/cuobjdump"; do
-    [[ -x "$c" ]] && { echo "$c"; return; }
+    [[ -x "$c" && -x "$(dirname "$c")/nvdisasm" ]] && { echo "$c"; return; }
   done
 }
 if [[ -z "${FA3JIT_CUOBJDUMP:-}" ]]; then
   FA3JIT_CUOBJDUMP=$(find_cuobjdump || true)
   if [[ -z "$FA3JIT_CUOBJDUMP" ]]; then
-    echo "installing: cuobjdump (pip nvidia-cuda-cuobjdump into $build/cuda-tools)"
-    $python -m pip install -q --no-deps --target "$build/cuda-tools" "nvidia-cuda-cuobjdump>=13,<14" >/dev/null
+    echo "installing: cuobjdump, nvdisasm (pip nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm into $build/cuda-tools)"
+    $python -m pip install -q --no-deps --target "$build/cuda-tools" "nvidia-cuda-cuobjdump>=13,<14" \
+      "nvidia-cuda-nvdisasm>=13,<14" >/dev/null
     FA3JIT_CUOBJDUMP=$(find_cuobjdump)
   fi
   export FA3JIT_CUOBJDUMP
