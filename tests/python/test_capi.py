@@ -142,7 +142,7 @@ def test_forward_rejects_bad_params_before_any_launch(runtime, fields, needle):
     (dict(dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD, head_dim=96, head_dim_v=96), "invalid_argument",
      ["head_dim = 96", "e4m3"]),
     (dict(dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD, out_dtype=_capi.DTYPE_E4M3), "invalid_argument",
-     ["out_dtype = e4m3", "bf16 or fp16"]),
+     ["out_dtype = e4m3", "\"bf16\", \"fp16\""]),
     (dict(quant=_capi.QUANT_PER_HEAD), "invalid_argument", ["quant = per_head", "bf16"]),
     (dict(out_dtype=_capi.DTYPE_FP16), "invalid_argument", ["out_dtype = fp16", "bf16"]),
     (dict(q_descale=_capi.Scale(0x7F0000100000, 0, 0)), "invalid_argument", ["q_descale", "must be null"]),
