@@ -167,8 +167,8 @@ void check_launch(const fa3jit_forward_params& p) {
     for (int m = 0; m < 4; ++m) FUZZ_REQUIRE(!lse.overlaps(spans[m]), "launched with lse overlapping %s", names[m]);
   }
   FUZZ_REQUIRE(l.grid[0] >= 1 && l.grid[1] == 1 && l.grid[2] == 1, "grid %u x %u x %u", l.grid[0], l.grid[1], l.grid[2]);
-  FUZZ_REQUIRE(std::isfinite(params.scale_log2) && params.softmax_scale > 0.0f, "softmax scale %g",
-               static_cast<double>(params.softmax_scale));
+  FUZZ_REQUIRE(std::isfinite(params.scale_log2) && params.scale_log2 > 0.0f, "softmax scale_log2 %g",
+               static_cast<double>(params.scale_log2));
 }
 
 // A valid call, so that every plan the fuzzer can reach is compiled before fuzzing starts.
