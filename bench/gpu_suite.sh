@@ -4,12 +4,12 @@
 # and a before/after comparison of every config against another build. Prints a short summary per stage;
 # full logs go to OUT_DIR.
 # Usage (on the GPU machine, from the repository root, with a build in ./build):
-#   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench|host|compare]...   (default: all but compare)
+#   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench|fp8|host|compare]...   (default: all but compare)
 # Environment: BEFORE_DIR (for compare: a directory holding an older `fa3jit` CLI and its libfa3jit.so),
 # FA3_SITE (a directory on which `import fa3_fwd_interface` works, for FA3 as a peer).
 set -uo pipefail
 out=${1:?usage: bench/gpu_suite.sh OUT_DIR [tests|tune|bench]...}; shift
-stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench host)
+stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench fp8 host)
 mkdir -p "$out"
 export FA3JIT_CACHE_DIR=${FA3JIT_CACHE_DIR:-/tmp/fa3jit-device-cache}
 export FA3JIT_LIBRARY=$PWD/build/libfa3jit.so PYTHONPATH=$PWD/tools/python${FA3_SITE:+:$FA3_SITE}${PYTHONPATH:+:$PYTHONPATH}
@@ -32,7 +32,7 @@ for stage in "${stages[@]}"; do
       done ;;
     tests)
       timeout 500 build/fa3jit_tests "[gpu]" > "$out/gpu_tests.log" 2>&1
-      echo "gpu tests rc=$?: $(grep -E '^forward matrix' "$out/gpu_tests.log") | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
+      echo "gpu tests rc=$?: $(grep -E '^(e4m3 )?forward matrix' "$out/gpu_tests.log" | tr '\n' ' ') | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
     tune)
       for s in ${TUNE_SWEEPS:-configs/sweeps/*.json}; do
         timeout 300 build/fa3jit tune "$s" > "$out/tune_$(basename "$s" .json).log" 2>&1
@@ -41,6 +41,14 @@ for stage in "${stages[@]}"; do
     bench)
       timeout 500 python3 bench/bench_fwd.py --out-dir "$out" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1
       echo "bench rc=$?"; grep -E "^\|" "$out/bench.log" | head -80 ;;
+    fp8)
+      # FP8 beside FA3 fp8 and cuDNN bf16, the accuracy ablation and long-context sweep, the pre-pass bandwidth.
+      timeout 300 python3 bench/bench_fwd.py --dtype e4m3 --out-dir "$out" ${FA3_SITE:+--fa3-site "$FA3_SITE"} > "$out/bench_fp8.log" 2>&1
+      echo "fp8 bench rc=$?"; grep -E "^\||Geometric" "$out/bench_fp8.log" | head -45
+      timeout 300 build/fa3jit_fp8_accuracy --json "$out/fp8_accuracy.json" > "$out/fp8_accuracy.log" 2>&1
+      echo "fp8 accuracy rc=$?"; cat "$out/fp8_accuracy.log"
+      timeout 120 build/fa3jit_prepass_bandwidth --json "$out/prepass.json" > "$out/prepass.log" 2>&1
+      echo "pre-pass bandwidth rc=$?"; cat "$out/prepass.log" ;;
     host)
       timeout 120 build/fa3jit_host_cost --json "$out/host_cost_cpp.json" > "$out/host_cost_cpp.log" 2>&1
       echo "host cost C++ rc=$?"; cat "$out/host_cost_cpp.log"
