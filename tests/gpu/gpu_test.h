@@ -3,6 +3,12 @@
 #pragma once
 
 #include <cstdio>
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "jit/driver.h"
 #include "kernels/attention_fwd/launch.h"
@@ -27,6 +33,26 @@ inline bool have_gpu() {
 inline Runtime& runtime() {
   static Runtime rt;
   return rt;
+}
+
+/// The `dense` (seqlen_q, seqlen_k) pairs of tests/data/seqlens.json (FA3's test matrix).
+inline std::vector<std::pair<int64_t, int64_t>> dense_pairs() {
+  std::ifstream in(FA3JIT_SOURCE_DIR "/tests/data/seqlens.json");
+  REQUIRE(in.good());
+  const auto doc = nlohmann::json::parse(in);
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (const auto& p : doc.at("dense")) pairs.emplace_back(p.at(0).get<int64_t>(), p.at(1).get<int64_t>());
+  REQUIRE(pairs.size() >= 20);
+  return pairs;
+}
+
+/// Every row of a problem whose rows x seqlen_k is at most `full_limit` (the float64 reference stays cheap), else
+/// `sampled` random rows plus the first and last block_m rows (testing/reference.h: sample_rows).
+inline std::vector<RowIndex> rows_to_check(const ProblemShape& s, int block_m, int64_t full_limit = int64_t{1} << 24,
+                                           int64_t sampled = 384) {
+  const int64_t rows = s.batch * s.num_heads * s.seqlen_q;
+  if (rows * s.seqlen_k <= full_limit) return all_rows(s.batch, s.num_heads, s.seqlen_q);
+  return sample_rows(s.batch, s.num_heads, s.seqlen_q, block_m, sampled, 7);
 }
 
 }  // namespace fa3jit::test

@@ -15,26 +15,6 @@ using namespace fa3jit;
 using namespace fa3jit::test;
 using namespace fa3jit::attention_fwd;
 
-namespace {
-
-std::vector<std::pair<int64_t, int64_t>> dense_pairs() {
-  std::ifstream in(FA3JIT_SOURCE_DIR "/tests/data/seqlens.json");
-  REQUIRE(in.good());
-  const auto doc = nlohmann::json::parse(in);
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  for (const auto& p : doc.at("dense")) pairs.emplace_back(p.at(0).get<int64_t>(), p.at(1).get<int64_t>());
-  REQUIRE(pairs.size() >= 20);
-  return pairs;
-}
-
-std::vector<RowIndex> rows_to_check(const ProblemShape& s, int block_m) {
-  const int64_t rows = s.batch * s.num_heads * s.seqlen_q;
-  if (rows * s.seqlen_k <= int64_t{1} << 24) return all_rows(s.batch, s.num_heads, s.seqlen_q);
-  return sample_rows(s.batch, s.num_heads, s.seqlen_q, block_m, 384, 7);
-}
-
-}  // namespace
-
 TEST_CASE("forward matches the float64 reference over the FA3 test matrix", "[gpu][forward]") {
   if (!have_gpu()) return;
   const auto pairs = dense_pairs();

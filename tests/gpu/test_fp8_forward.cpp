@@ -16,26 +16,6 @@ using namespace fa3jit;
 using namespace fa3jit::test;
 using namespace fa3jit::attention_fwd;
 
-namespace {
-
-std::vector<std::pair<int64_t, int64_t>> dense_pairs() {
-  std::ifstream in(FA3JIT_SOURCE_DIR "/tests/data/seqlens.json");
-  REQUIRE(in.good());
-  const auto doc = nlohmann::json::parse(in);
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  for (const auto& p : doc.at("dense")) pairs.emplace_back(p.at(0).get<int64_t>(), p.at(1).get<int64_t>());
-  REQUIRE(pairs.size() >= 20);
-  return pairs;
-}
-
-std::vector<RowIndex> rows_to_check(const ProblemShape& s, int block_m) {
-  const int64_t rows = s.batch * s.num_heads * s.seqlen_q;
-  if (rows * s.seqlen_k <= int64_t{1} << 23) return all_rows(s.batch, s.num_heads, s.seqlen_q);
-  return sample_rows(s.batch, s.num_heads, s.seqlen_q, block_m, 256, 7);
-}
-
-}  // namespace
-
 TEST_CASE("e4m3 forward matches the float64 reference over the FA3 test matrix", "[gpu][fp8]") {
   if (!have_gpu()) return;
   const auto pairs = dense_pairs();
@@ -51,7 +31,7 @@ TEST_CASE("e4m3 forward matches the float64 reference over the FA3 test matrix",
             s.quant = quant;
             AttentionProblem p(s, 5000 + total);
             p.run(runtime());
-            const CheckResult r = p.check(rows_to_check(s, static_cast<int>(p.shape.quant_block_m)));
+            const CheckResult r = p.check(rows_to_check(s, static_cast<int>(p.shape.quant_block_m), int64_t{1} << 23, 256));
             ++total;
             if (!r.passed) ++failures;
             std::printf("%-9s %4ld %-6s %ld/%-3ld %6ld %6ld  %-10.3e %-10.3e %-10.3e %s %s\n", quant_name(quant), d,
@@ -91,7 +71,7 @@ TEST_CASE("e4m3 forward with fp16 output and two-level accumulation and explicit
     s.quant_block_n = spec.block_n;
     AttentionProblem p(s, 77);
     p.run(runtime(), kernel.get());
-    const CheckResult r = p.check(rows_to_check(s, spec.block_m));
+    const CheckResult r = p.check(rows_to_check(s, spec.block_m, int64_t{1} << 23, 256));
     std::printf("%-60s %s\n", spec_summary(spec).c_str(), format_check(r).c_str());
     CHECK(r.passed);
   }
