@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,21 +31,8 @@ namespace qf = fa3jit::quantize_fp8;
 
 namespace {
 
-template <class Fn>
-double median_ms(Fn&& fn) {
-  for (int i = 0; i < 5; ++i) fn();
-  std::vector<DeviceEvent> start(30), stop(30);
-  for (int i = 0; i < 30; ++i) {
-    start[i].record(nullptr);
-    fn();
-    stop[i].record(nullptr);
-  }
-  stop.back().synchronize();
-  std::vector<double> ms;
-  for (int i = 0; i < 30; ++i) ms.push_back(stop[i].ms_since(start[i]));
-  std::sort(ms.begin(), ms.end());
-  return 0.5 * (ms[14] + ms[15]);
-}
+// Median ms of 30 timed calls after 5 warm-up ones (testing::time_calls).
+double median_ms(const std::function<void()>& fn) { return time_calls(fn, 5, 30).median_ms; }
 
 }  // namespace
 

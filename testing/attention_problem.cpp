@@ -209,14 +209,13 @@ CheckResult AttentionProblem::check_sampled(int64_t block_m, int64_t random_rows
   return check(sample_rows(shape.batch, shape.num_heads, shape.seqlen_q, block_m, random_rows, seed));
 }
 
-Timing AttentionProblem::time(Runtime& runtime, const attention_fwd::Kernel* kernel, int warmup, int iters) const {
+Timing time_calls(const std::function<void()>& launch, int warmup, int iters) {
   if (iters < 1) throw Error(ErrorCode::kInvalidArgument, fmt::format("iters = {} must be >= 1", iters));
-  const attention_fwd::ForwardArgs a = args();
-  for (int i = 0; i < warmup; ++i) launch_once(runtime, kernel, a);
+  for (int i = 0; i < warmup; ++i) launch();
   std::vector<DeviceEvent> start(static_cast<size_t>(iters)), stop(static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i) {
     start[i].record(nullptr);
-    launch_once(runtime, kernel, a);
+    launch();
     stop[i].record(nullptr);
   }
   stop.back().synchronize();
@@ -229,6 +228,12 @@ Timing AttentionProblem::time(Runtime& runtime, const attention_fwd::Kernel* ker
   t.min_ms = ms.front();
   t.max_ms = ms.back();
   t.median_ms = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
+  return t;
+}
+
+Timing AttentionProblem::time(Runtime& runtime, const attention_fwd::Kernel* kernel, int warmup, int iters) const {
+  const attention_fwd::ForwardArgs a = args();
+  Timing t = time_calls([&] { launch_once(runtime, kernel, a); }, warmup, iters);
   t.tflops = t.median_ms > 0 ? flops() / (t.median_ms * 1e-3) / 1e12 : 0.0;
   return t;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct Timing {
   int iters = 0;
   double tflops = 0.0;  // flops() / median
 };
+
+/// Times `iters` calls of `launch` (which enqueues work on the default stream) after `warmup` untimed ones; each
+/// call is bracketed by its own event pair and the median is reported (robust to a stray slow launch); tflops is
+/// left 0. Error(kInvalidArgument) for iters < 1.
+Timing time_calls(const std::function<void()>& launch, int warmup, int iters);
 
 class AttentionProblem {
  public:

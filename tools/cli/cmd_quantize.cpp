@@ -118,25 +118,7 @@ std::vector<uint8_t> download_bytes(const DeviceBuffer& b) {
 
 testing::Timing time_prepass(Runtime& runtime, const qf::Spec& spec, const PrepassProblem& problem, int warmup,
                              int iters) {
-  auto launch = [&] { qf::quantize_fp8(runtime, spec, problem.args, nullptr); };
-  for (int i = 0; i < warmup; ++i) launch();
-  std::vector<testing::DeviceEvent> start(static_cast<size_t>(iters)), stop(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i) {
-    start[i].record(nullptr);
-    launch();
-    stop[i].record(nullptr);
-  }
-  stop.back().synchronize();
-  check_cu(driver().cuCtxSynchronize(nullptr), "cuCtxSynchronize after timing");
-  std::vector<double> ms(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i) ms[i] = stop[i].ms_since(start[i]);
-  std::sort(ms.begin(), ms.end());
-  testing::Timing t;
-  t.iters = iters;
-  t.min_ms = ms.front();
-  t.max_ms = ms.back();
-  t.median_ms = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
-  return t;
+  return testing::time_calls([&] { qf::quantize_fp8(runtime, spec, problem.args, nullptr); }, warmup, iters);
 }
 
 struct Loaded {
