@@ -56,9 +56,45 @@ struct ForwardArgs {
   float* lse = nullptr;          // (batch, num_heads, seqlen_q) fp32, or null
   float softmax_scale = 0.0f;    // 0 = 1/sqrt(head_dim)
   bool causal = false;
-  void* workspace = nullptr;     // workspace_size() bytes (0 today), owned by the caller
+
+  // ---- serving layouts (FlashAttention-3's flash_attn_varlen_func / flash_attn_with_kvcache) ----
+  // Every pointer below is an int32 device tensor that only the GPU reads: the kernel clamps its values into the
+  // tensors given (a length past its tensor, a page index outside [0, num_pages)), so no value can make it read or
+  // write outside them; a wrong value gives a wrong answer for its own sequence only.
+  /// (batch + 1) offsets, non-decreasing, cu_seqlens_q[batch] <= seqlen_q: q and out are packed, seqlen_q is the
+  /// total number of query rows (total_q), q.stride_batch and out.stride_batch are unused, lse is (num_heads,
+  /// total_q). Sequence b has rows [cu_seqlens_q[b], cu_seqlens_q[b+1]).
+  const int32_t* cu_seqlens_q = nullptr;
+  int64_t max_seqlen_q = 0;  // with cu_seqlens_q: >= every sequence's query length (sizes the grid); rows past it
+                             // are not computed
+  /// (batch + 1) offsets into packed k and v, which are then (total_k = seqlen_k, num_heads_kv, head_dim);
+  /// k/v.stride_batch unused. Exclusive with page_table.
+  const int32_t* cu_seqlens_k = nullptr;
+  int64_t max_seqlen_k = 0;  // with cu_seqlens_k or page_table: >= every sequence's key length (split heuristic)
+  /// (batch): keys of sequence b actually attended, at most its capacity (dense: seqlen_k; cu_seqlens_k: its
+  /// span; paged: max_pages * page_size). Required with page_table (FA3's cache_seqlens).
+  const int32_t* seqused_k = nullptr;
+  /// Paged KV cache: k and v are (num_pages, page_size, num_heads_kv, head_dim) (TensorView: stride_batch is the
+  /// page stride); page_table (batch, max_pages) int32 with row stride page_table_stride (elements) maps
+  /// sequence b's key j to page page_table[b][j / page_size], row j % page_size. seqlen_k is unused.
+  const int32_t* page_table = nullptr;
+  int64_t page_table_stride = 0;
+  int64_t max_pages = 0;  // page_table's second dimension (pages per sequence)
+  int64_t num_pages = 0;
+  int64_t page_size = 0;  // a multiple of 8 (TMA boxes of gcd(page_size, block_n) rows); others: kUnsupported
+  /// Split-KV (FlashDecoding): each row block's keys are cut into num_splits ranges run by separate CTAs, whose
+  /// fp32 partial outputs and LSEs go to `workspace` and are merged by the attention_combine kernel on the same
+  /// stream. 0: the heuristic (num_splits_heuristic) decides; 1: no split; > 1: that many (at most kMaxSplits).
+  int num_splits = 0;
+  /// GQA packing: the num_heads / num_heads_kv query heads of one KV head share an M tile (decode fills it with
+  /// one token x the group). -1: the heuristic decides; 0 / 1: off / on.
+  int pack_gqa = -1;
+  void* workspace = nullptr;     // workspace_size(args) bytes, 16-byte aligned, owned by the caller
   size_t workspace_bytes = 0;
 };
+
+/// Most KV splits a call may use (the combine kernel's largest max_splits).
+inline constexpr int kMaxSplits = 256;
 
 /// Largest seqlen_q / seqlen_k accepted: the kernel's row and column indices are 32-bit with up to one tile
 /// (256) of headroom.
@@ -110,7 +146,22 @@ LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* s
 /// cuLaunchKernelEx of a prepared plan; Error(kDriverError) when the driver refuses it.
 void launch(LaunchPlan& plan);
 
-/// Bytes of caller-owned workspace a call with these arguments needs (0: the forward kernel needs none).
+/// How a call runs: the kernel's spec and the resolved heuristics (pack_gqa_heuristic, num_splits_heuristic in
+/// scheduler.h), computed by the same function the launch uses. Needs the driver for the SM count of q's device
+/// (cached per device); throws as forward() does for arguments it refuses on the host.
+struct CallPlanInfo {
+  Spec spec;               // the kernel that runs (the tile table's for the call's shape class, or `kernel`'s)
+  int num_splits = 1;      // 1 = no split
+  bool pack_gqa = false;
+  size_t workspace_bytes = 0;  // what `workspace` must hold: 0 without a split
+};
+CallPlanInfo plan_info(const ForwardArgs& args);
+CallPlanInfo plan_info(const Kernel& kernel, const ForwardArgs& args);
+
+/// plan_info(args).workspace_bytes: bytes of caller-owned workspace the call needs, 0 without a KV split. For a
+/// CUDA graph, size the workspace once with the largest shapes it will replay (the bytes grow with batch,
+/// max_seqlen_q and num_heads, and num_splits <= kMaxSplits).
 size_t workspace_size(const ForwardArgs& args);
+size_t workspace_size(const Kernel& kernel, const ForwardArgs& args);
 
 }  // namespace fa3jit::attention_fwd
