@@ -22,6 +22,16 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const TmaDesc* desc, u
       : "memory");
 }
 
+/// 5-D form of tma_load_4d (coordinates {c0 (innermost), ..., c4}).
+__device__ __forceinline__ void tma_load_5d(uint32_t dst, const TmaDesc* desc, uint32_t bar, int c0, int c1, int c2,
+                                            int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
+      "[%7];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
+
 /// Like tma_load_4d, but the box lands at the same shared-memory offset in every CTA of the cluster named by
 /// `cta_mask`, and completes transaction bytes on the mbarrier at the same offset in each of them.
 __device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const TmaDesc* desc, uint32_t bar, int c0, int c1,

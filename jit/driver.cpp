@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -151,6 +152,22 @@ void ensure_context(int device) {
     check_cu(d.cuDevicePrimaryCtxRetain(&retained[device], dev), "cuDevicePrimaryCtxRetain");
   }
   check_cu(d.cuCtxSetCurrent(retained[device]), "cuCtxSetCurrent");
+}
+
+int multiprocessor_count(int ordinal) {
+  static std::atomic<int> counts[64] = {};
+  if (ordinal < 0 || ordinal >= 64)
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("device {} is out of range", ordinal));
+  int n = counts[ordinal].load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  const Driver& d = driver();
+  CUdevice dev = 0;
+  check_cu(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  check_cu(d.cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+           "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  if (n < 1) n = 1;
+  counts[ordinal].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 }  // namespace fa3jit

@@ -69,4 +69,8 @@ void check_cu(CUresult result, const char* what);
 /// Makes the primary context of `device` current on this thread (retaining it once per device).
 void ensure_context(int device);
 
+/// Streaming multiprocessors of device `ordinal` (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), asked once per device
+/// and kept: launch heuristics (split-KV) call it on every call.
+int multiprocessor_count(int ordinal);
+
 }  // namespace fa3jit

@@ -194,4 +194,30 @@ void combine(Runtime& runtime, const Spec& spec, const CombineArgs& args, void* 
   launch_checked(runtime, spec, args, shape, stream);
 }
 
+LoadedCombine load_combine(Runtime& runtime, DType out_dtype, int head_dim_v, int max_splits) {
+  LoadedCombine c{default_spec(out_dtype, head_dim_v, max_splits), nullptr};
+  LoadedKernel& loaded = plan_for(runtime, c.spec);
+  // The plan map keeps the kernel for the runtime's life; share it without taking ownership twice.
+  c.loaded = std::shared_ptr<LoadedKernel>(std::shared_ptr<LoadedKernel>{}, &loaded);
+  return c;
+}
+
+PreparedLaunch prepare_prechecked(const LoadedCombine& kernel, const CombineArgs& args, CUcontext ctx) {
+  const CallShape shape = check_shape(args);
+  if (shape.num_splits > kernel.spec.max_splits)
+    bad_argument(fmt::format("argument num_splits = {} is too large for the combine kernel; expected <= {}",
+                             shape.num_splits, kernel.spec.max_splits));
+  PreparedLaunch plan;
+  plan.params = make_params(args, shape);
+  plan.grid = static_cast<unsigned>((shape.num_rows + kernel.spec.rows_per_cta - 1) / kernel.spec.rows_per_cta);
+  plan.function = kernel.loaded->function_for(ctx);
+  plan.launch = kernel.loaded->launch();
+  return plan;
+}
+
+void launch(const PreparedLaunch& plan, CUstream stream) {
+  Params params = plan.params;
+  launch_kernel(plan.function, plan.launch, plan.grid, &params, stream, "launching the attention combine kernel");
+}
+
 }  // namespace fa3jit::attention_combine

@@ -23,8 +23,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/dtype.h"
+#include "jit/loaded_kernel.h"
+#include "kernels/attention_combine/params.h"
 #include "kernels/attention_combine/spec.h"
 #include "runtime/runtime.h"
 #include "runtime/tensor_check.h"
@@ -62,5 +65,25 @@ void combine(Runtime& runtime, const CombineArgs& args, void* stream);
 /// num_splits must not exceed its max_splits, else Error(kInvalidArgument) naming the argument and the
 /// spec's value. Error(kInvalidSpec) for a spec validate() refuses.
 void combine(Runtime& runtime, const Spec& spec, const CombineArgs& args, void* stream);
+
+/// A loaded combine kernel, kept by a split-KV forward kernel beside its own (attention_fwd::Kernel) so that its
+/// calls launch the combine without a plan lookup.
+struct LoadedCombine {
+  Spec spec;
+  std::shared_ptr<LoadedKernel> loaded;
+};
+/// The runtime's combine kernel for (out_dtype, head_dim_v, max_splits), compiled or fetched once.
+LoadedCombine load_combine(Runtime& runtime, DType out_dtype, int head_dim_v, int max_splits);
+
+/// The combine launch of a split-KV forward call. The forward has already checked every tensor it hands over on the
+/// device (its workspace, out, lse: attention_fwd/launch.cpp), so only the arithmetic checks run here.
+struct PreparedLaunch {
+  Params params{};
+  unsigned grid = 0;
+  CUfunction function = nullptr;
+  LaunchInvariants launch;
+};
+PreparedLaunch prepare_prechecked(const LoadedCombine& kernel, const CombineArgs& args, CUcontext ctx);
+void launch(const PreparedLaunch& plan, CUstream stream);
 
 }  // namespace fa3jit::attention_combine

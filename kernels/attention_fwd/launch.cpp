@@ -1,7 +1,9 @@
 // Attention forward launch path (launch.h): shape checks, plan cache, device checks, parameters, launch.
 #include "kernels/attention_fwd/launch.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstring>
 #include <utility>
 #include <tuple>
@@ -14,6 +16,7 @@
 #include "jit/driver.h"
 #include "kernels/attention_fwd/emit.h"
 #include "kernels/attention_fwd/scheduler.h"
+#include "kernels/attention_combine/launch.h"
 
 namespace fa3jit::attention_fwd {
 
@@ -27,10 +30,82 @@ struct CallShape {
   DType out_dtype;
   int elem_bytes, out_elem_bytes;
   float softmax_scale;  // resolved: 1/sqrt(head_dim) when the argument was 0
+  // Serving layouts (ForwardArgs): which ones the call uses, and the per-sequence bounds.
+  bool varlen_q, varlen_k, paged;
+  int64_t max_seqlen_q;  // longest query length of a sequence: seqlen_q when dense
+  int64_t max_seqlen_k;  // longest key length: seqlen_k when dense, max_pages * page_size when paged
+  int64_t group;         // num_heads / num_heads_kv
 };
 
 // The output dtype a call asks for: given, or the default of its input dtype.
 DType resolved_out_dtype(const ForwardArgs& a) { return a.out_dtype ? *a.out_dtype : default_out_dtype(a.dtype); }
+
+// The sequence lengths and the serving layouts: seqlen_q / seqlen_k (dense, or the totals of packed tensors),
+// max_seqlen_q / max_seqlen_k, the page geometry, num_splits and pack_gqa. Arithmetic only.
+void check_serving_shape(const ForwardArgs& a, CallShape& s) {
+  s.varlen_q = a.cu_seqlens_q != nullptr;
+  s.varlen_k = a.cu_seqlens_k != nullptr;
+  s.paged = a.page_table != nullptr;
+  if (s.varlen_k && s.paged)
+    bad_argument("arguments cu_seqlens_k and page_table are both given; k and v are either packed or paged, expected "
+                 "at most one of them");
+  if (s.varlen_q) {
+    // A packed batch may hold no query at all (every sequence empty): nothing to launch then.
+    if (a.seqlen_q < 0 || a.seqlen_q > kMaxSeqlen)
+      bad_argument(fmt::format("argument seqlen_q = {} (total_q, the rows of packed q) is out of range; expected an "
+                               "integer in [0, {}]",
+                               a.seqlen_q, kMaxSeqlen));
+    s.seqlen_q = a.seqlen_q;
+    if (a.max_seqlen_q < 0 || a.max_seqlen_q > kMaxSeqlen)
+      bad_argument(fmt::format("argument max_seqlen_q = {} is out of range; with cu_seqlens_q it bounds every "
+                               "sequence's query length, expected an integer in [0, {}]",
+                               a.max_seqlen_q, kMaxSeqlen));
+    s.max_seqlen_q = std::min(a.max_seqlen_q, s.seqlen_q);
+  } else {
+    s.seqlen_q = checked_extent(a.seqlen_q, "seqlen_q", kMaxSeqlen);
+    s.max_seqlen_q = s.seqlen_q;
+  }
+  if (s.paged) {
+    if (a.seqused_k == nullptr)
+      bad_argument("argument seqused_k is null; a paged KV cache (page_table) needs each sequence's key count "
+                   "(FA3's cache_seqlens), int32 of shape (batch)");
+    if (a.page_size < 8 || a.page_size > kMaxSeqlen || a.page_size % 8 != 0)
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("argument page_size = {} is not supported; this build loads pages with TMA boxes of "
+                              "gcd(page_size, block_n) rows and needs a multiple of 8 (8, 16, 32, 64, 128, ...)",
+                              a.page_size));
+    const int64_t max_pages = checked_extent(a.max_pages, "max_pages", kMaxSeqlen);
+    checked_extent(a.num_pages, "num_pages", 0x7fffffff);
+    if (a.page_table_stride < max_pages || a.page_table_stride > 0x7fffffff)
+      bad_argument(fmt::format("argument page_table_stride = {} is not allowed; expected an element stride in "
+                               "[max_pages = {}, 2^31)",
+                               a.page_table_stride, max_pages));
+    const int64_t capacity = checked_mul_add(max_pages, a.page_size, 0, "max_pages x page_size");
+    if (capacity > kMaxSeqlen)
+      bad_argument(fmt::format("arguments max_pages {} x page_size {} = {} keys per sequence; at most {} are allowed",
+                               max_pages, a.page_size, capacity, kMaxSeqlen));
+    s.seqlen_k = capacity;
+    s.max_seqlen_k = a.max_seqlen_k > 0 ? std::min(a.max_seqlen_k, capacity) : capacity;
+  } else if (s.varlen_k) {
+    s.seqlen_k = checked_extent(a.seqlen_k, "seqlen_k (total_k, the rows of packed k)", kMaxSeqlen);
+    if (a.max_seqlen_k < 0 || a.max_seqlen_k > kMaxSeqlen)
+      bad_argument(fmt::format("argument max_seqlen_k = {} is out of range; expected an integer in [0, {}]",
+                               a.max_seqlen_k, kMaxSeqlen));
+    s.max_seqlen_k = a.max_seqlen_k > 0 ? std::min(a.max_seqlen_k, s.seqlen_k) : s.seqlen_k;
+  } else {
+    s.seqlen_k = checked_extent(a.seqlen_k, "seqlen_k", kMaxSeqlen);
+    s.max_seqlen_k = s.seqlen_k;
+  }
+  if ((s.varlen_q || s.varlen_k || s.paged) && a.quant == Quant::kPerBlock)
+    bad_argument("argument quant = per_block is not allowed with cu_seqlens_q, cu_seqlens_k or page_table; per-block "
+                 "descales are laid out for dense tensors, expected per_head");
+  if (a.num_splits < 0 || a.num_splits > kMaxSplits)
+    bad_argument(fmt::format("argument num_splits = {} is out of range; expected 0 (heuristic), 1 (no split) or up "
+                             "to {}",
+                             a.num_splits, kMaxSplits));
+  if (a.pack_gqa < -1 || a.pack_gqa > 1)
+    bad_argument(fmt::format("argument pack_gqa = {} is not allowed; expected -1 (heuristic), 0 or 1", a.pack_gqa));
+}
 
 // Arithmetic checks only: no driver, no allocation, no string on success.
 CallShape check_shape(const ForwardArgs& a) {
@@ -60,13 +135,13 @@ CallShape check_shape(const ForwardArgs& a) {
                              a.head_dim, dtype_name(a.dtype), allowed_head_dims(a.dtype)));
   }
   s.batch = checked_extent(a.batch, "batch", 0x7fffffff);
-  s.seqlen_q = checked_extent(a.seqlen_q, "seqlen_q", kMaxSeqlen);
-  s.seqlen_k = checked_extent(a.seqlen_k, "seqlen_k", kMaxSeqlen);
   s.num_heads = checked_extent(a.num_heads, "num_heads", 0x7fffffff);
   s.num_heads_kv = checked_extent(a.num_heads_kv, "num_heads_kv", 0x7fffffff);
   if (s.num_heads % s.num_heads_kv != 0)
     bad_argument(fmt::format("argument num_heads = {} is not a multiple of num_heads_kv = {}", s.num_heads,
                              s.num_heads_kv));
+  s.group = s.num_heads / s.num_heads_kv;
+  check_serving_shape(a, s);
   s.softmax_scale = a.softmax_scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(a.head_dim)) : a.softmax_scale;
   // The kernel keeps the running max of the scaled scores, which is right only for a positive scale, and folds
   // scale * log2(e) into one constant that must stay finite.
@@ -76,7 +151,6 @@ CallShape check_shape(const ForwardArgs& a) {
                              a.softmax_scale));
   if (a.lse != nullptr && reinterpret_cast<uintptr_t>(a.lse) % 4 != 0)
     bad_argument("argument lse is not 4-byte aligned (float32 expected)");
-  if (a.q.data == nullptr) bad_argument("argument q.data is null");
   if (!fp8 && (a.q_descale.data || a.k_descale.data || a.v_descale.data))
     bad_argument(fmt::format("arguments q_descale, k_descale, v_descale must be null with dtype {}: descales belong "
                              "to e4m3 inputs",
@@ -104,31 +178,70 @@ void check_agrees(const Spec& spec, const ForwardArgs& a, const CallShape& s) {
   if (a.causal != spec.causal)
     bad_argument(fmt::format("argument causal = {} does not match the kernel spec's causal {}", a.causal,
                              spec.causal));
+  const struct {
+    bool given, in_spec;
+    const char *argument, *field;
+  } layouts[] = {{s.varlen_q, spec.varlen_q, "cu_seqlens_q", "varlen_q"},
+                 {s.varlen_k, spec.varlen_k, "cu_seqlens_k", "varlen_k"},
+                 {s.paged, spec.paged_kv, "page_table", "paged_kv"}};
+  for (const auto& l : layouts)
+    if (l.given != l.in_spec)
+      bad_argument(fmt::format("argument {} is {} but the kernel spec's {} is {}", l.argument,
+                               l.given ? "given" : "null", l.field, l.in_spec));
+  if (a.pack_gqa != -1 && (a.pack_gqa == 1) != spec.pack_gqa)
+    bad_argument(fmt::format("argument pack_gqa = {} does not match the kernel spec's pack_gqa {}", a.pack_gqa,
+                             spec.pack_gqa));
+  if (a.num_splits > 1 && !spec.split_kv)
+    bad_argument(fmt::format("argument num_splits = {} needs a kernel with split_kv true; the kernel spec's split_kv "
+                             "is false",
+                             a.num_splits));
 }
 
-// 4-D tensor map {dim, seqlen, heads, batch} with a {128 bytes, box_rows, 1, 1} box and 128-byte swizzle
-// (docs/kernel-design.md §3): one box is one 128-byte column block of a tile (64 16-bit or 128 e4m3 columns).
+// Tensor map of a (batch, seqlen, heads, dim) tensor with 128-byte swizzle (docs/kernel-design.md §3): one box is
+// one 128-byte column block of a tile (64 16-bit or 128 e4m3 columns).
+//  - 4-D {dim, seqlen, heads, batch}, box {128 bytes, box_rows, 1, 1};
+//  - pack_gqa (group > 0): 5-D {dim, group, seqlen, heads / group, batch}, box {128 bytes, group, box_rows, 1, 1}:
+//    the group's heads of box_rows queries, one after the other (device/mainloop.cuh: load_q).
 TmaDesc make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDataType type, int elem_bytes,
-                        int box_rows) {
+                        int box_rows, int64_t group = 0) {
   // A size-1 dimension's stride is never stepped, whatever the caller passed (DLPack producers often give
   // 1 or 0): hand TMA any valid value, the row size rounded up to 16 bytes.
   const auto unused_stride = static_cast<cuuint64_t>((s.dim * elem_bytes + 15) / 16 * 16);
   auto stride_or = [&](int64_t extent, int64_t stride) {
     return extent == 1 ? unused_stride : static_cast<cuuint64_t>(stride * elem_bytes);
   };
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(s.dim), static_cast<cuuint64_t>(s.seqlen),
-                              static_cast<cuuint64_t>(s.heads), static_cast<cuuint64_t>(s.batch)};
-  const cuuint64_t strides[3] = {stride_or(s.seqlen, t.stride_seq), stride_or(s.heads, t.stride_head),
-                                 stride_or(s.batch, t.stride_batch)};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / elem_bytes), static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const auto u64 = [](int64_t x) { return static_cast<cuuint64_t>(x); };
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5];
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  cuuint32_t rank = 4;
+  if (group > 0) {
+    rank = 5;
+    const int64_t kv_heads = s.heads / group;
+    const cuuint64_t d[5] = {u64(s.dim), u64(group), u64(s.seqlen), u64(kv_heads), u64(s.batch)};
+    const cuuint64_t st[4] = {stride_or(group, t.stride_head), stride_or(s.seqlen, t.stride_seq),
+                              stride_or(kv_heads, t.stride_head * group), stride_or(s.batch, t.stride_batch)};
+    const cuuint32_t b[5] = {static_cast<cuuint32_t>(128 / elem_bytes), static_cast<cuuint32_t>(group),
+                             static_cast<cuuint32_t>(box_rows), 1, 1};
+    std::copy(d, d + 5, dims);
+    std::copy(st, st + 4, strides);
+    std::copy(b, b + 5, box);
+  } else {
+    const cuuint64_t d[4] = {u64(s.dim), u64(s.seqlen), u64(s.heads), u64(s.batch)};
+    const cuuint64_t st[3] = {stride_or(s.seqlen, t.stride_seq), stride_or(s.heads, t.stride_head),
+                              stride_or(s.batch, t.stride_batch)};
+    const cuuint32_t b[4] = {static_cast<cuuint32_t>(128 / elem_bytes), static_cast<cuuint32_t>(box_rows), 1, 1};
+    std::copy(d, d + 4, dims);
+    std::copy(st, st + 3, strides);
+    std::copy(b, b + 4, box);
+  }
   // Encoded into a CUtensorMap (128-byte aligned on the host) and copied into the 64-byte aligned kernel
   // parameter (the alignment a __grid_constant__ tensor map needs, docs/hopper-ptx.md).
   static_assert(sizeof(TmaDesc) == sizeof(CUtensorMap), "hopper/abi.h TmaDesc must hold a CUtensorMap");
   CUtensorMap encoded;
-  const CUresult r = driver().cuTensorMapEncodeTiled(&encoded, type, 4, t.data, dims,
-                                                     strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  const CUresult r = driver().cuTensorMapEncodeTiled(&encoded, type, rank, t.data, dims, strides, box, elem_strides,
+                                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) check_cu(r, fmt::format("cuTensorMapEncodeTiled for {}", s.name).c_str());
   TmaDesc map;
@@ -184,14 +297,103 @@ void check_descales(const Spec& spec, const ForwardArgs& a, const CallShape& s, 
   }
 }
 
+// ---- serving heuristics ---------------------------------------------------------------------------------
+
+// Share of an M tile's rows that hold queries, over all tiles of `rows` rows (FA3's tile efficiency).
+double tile_efficiency(int64_t rows, int block_m) {
+  if (rows <= 0) return 1.0;
+  const int64_t tiles = (rows + block_m - 1) / block_m;
+  return static_cast<double>(rows) / static_cast<double>(tiles * block_m);
+}
+
+// pack_gqa when the call leaves it to us: when packing the group into the M tile fills it clearly better (decode,
+// short chunks, speculative-decode verification), never past 64 heads per KV head (one 64-row tile must hold the
+// group) or with per-block q descales (a packed tile holds several heads). FA3: should_pack_gqa.
+bool pack_gqa_heuristic(const CallShape& s, Quant quant) {
+  if (s.group <= 1 || s.group > 64 || quant == Quant::kPerBlock) return false;
+  return tile_efficiency(s.max_seqlen_q, 128) < 0.9 * tile_efficiency(s.max_seqlen_q * s.group, 128);
+}
+
+// The serving fields of the call's kernel, split_kv left to resolve_splits.
+Layout base_layout(const ForwardArgs& a, const CallShape& s) {
+  Layout l;
+  l.varlen_q = s.varlen_q;
+  l.varlen_k = s.varlen_k;
+  l.paged_kv = s.paged;
+  l.pack_gqa = a.pack_gqa == -1 ? pack_gqa_heuristic(s, a.quant) : a.pack_gqa == 1;
+  // Per-block descales are laid out by the prefill tile (fa3jit_attention_quant_blocks), which must not change
+  // with the call's length.
+  l.short_q = a.quant != Quant::kPerBlock && (l.pack_gqa ? s.max_seqlen_q * s.group : s.max_seqlen_q) <= 64;
+  return l;
+}
+
+// The tile a shape class runs (the tile table's; no validation, no allocation: the hot path calls it).
+TileDefaults class_tile(DType dtype, int head_dim, bool causal, const Layout& l) {
+  return l.short_q ? decode_tile(dtype, head_dim) : default_tile(dtype, head_dim, causal);
+}
+
+GridShape grid_shape(const CallShape& s, bool pack_gqa, int64_t num_splits) {
+  return GridShape{s.batch, s.num_heads, s.num_heads_kv, s.max_seqlen_q, s.max_seqlen_k, pack_gqa, num_splits};
+}
+
+// Splits of the call: the argument's, or the heuristic's over the tiles of one split.
+int resolve_splits(const ForwardArgs& a, const CallShape& s, int block_m, int block_n, bool pack_gqa,
+                   int ordinal) {
+  if (a.num_splits > 0) return a.num_splits;
+  const int64_t rows = pack_gqa ? std::max<int64_t>(1, block_m / s.group) : block_m;
+  const int64_t m_blocks = (s.max_seqlen_q + rows - 1) / rows;
+  const int64_t tiles = m_blocks * (pack_gqa ? s.num_heads_kv : s.num_heads) * s.batch;
+  const int64_t n_blocks = (s.max_seqlen_k + block_n - 1) / block_n;
+  return num_splits_heuristic(tiles, n_blocks, multiprocessor_count(ordinal), kMaxSplits);
+}
+
+// Rows of the split partials: (lse_batch, seqlen_q, num_heads), lse_batch 1 with varlen_q.
+int64_t partial_rows(const CallShape& s) {
+  return checked_mul_add(checked_mul_add(s.varlen_q ? 1 : s.batch, s.seqlen_q, 0, "the workspace size"), s.num_heads,
+                         0, "the workspace size");
+}
+
+// Workspace of a split call: fp32 out_partial (num_splits, rows, head_dim_v), then fp32 lse_partial (num_splits,
+// rows) at the next 16-byte boundary (attention_combine/params.h).
+struct WorkspaceLayout {
+  int64_t lse_offset, bytes;
+};
+WorkspaceLayout workspace_layout(const CallShape& s, int num_splits) {
+  if (num_splits <= 1) return {0, 0};
+  const int64_t rows = checked_mul_add(partial_rows(s), num_splits, 0, "the workspace size");
+  const int64_t o_bytes = checked_mul_add(checked_mul_add(rows, s.head_dim_v, 0, "the workspace size"), 4, 0,
+                                          "the workspace size");
+  const int64_t lse_offset = (o_bytes + 15) / 16 * 16;
+  return {lse_offset, checked_mul_add(rows, 4, lse_offset, "the workspace size")};
+}
+
+// An int32 tensor of `count` elements that only the GPU reads (cu_seqlens, seqused_k, page_table).
+ByteRange check_index_tensor(const int32_t* ptr, int64_t count, const char* name, const char* shape_text,
+                             const CallDevice& device) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0)
+    bad_argument(fmt::format("argument {} is not 4-byte aligned (int32 of shape {} expected)", name, shape_text));
+  return check_allocation(ptr, static_cast<uint64_t>(checked_mul_add(count, 4, 0, name)), device, name, nullptr,
+                          nullptr);
+}
+
 // Device-side checks and parameters: everything a call does once its kernel is known, but the launch.
-LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const LaunchInvariants& invariants,
-                        const CallDevice& device, const ForwardArgs& a, const CallShape& s, void* stream) {
+LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDevice& device, const ForwardArgs& a,
+                        const CallShape& s, int num_splits, void* stream) {
+  const KernelConfig& cfg = kernel.config();
+  const Spec& spec = cfg.spec;
   check_context_and_stream(device, stream);
-  const TensorShape q_shape{"q", s.batch, s.seqlen_q, s.num_heads, s.head_dim};
-  const TensorShape k_shape{"k", s.batch, s.seqlen_k, s.num_heads_kv, s.head_dim};
-  const TensorShape v_shape{"v", s.batch, s.seqlen_k, s.num_heads_kv, s.head_dim_v};
-  const TensorShape o_shape{"out", s.batch, s.seqlen_q, s.num_heads, s.head_dim_v};
+  LaunchPlan plan;
+  plan.function = function;
+  plan.launch = kernel.loaded().launch();
+  plan.stream = static_cast<CUstream>(stream);
+  const int64_t q_batch = s.varlen_q ? 1 : s.batch;
+  const TensorShape q_shape{"q", q_batch, s.seqlen_q, s.num_heads, s.head_dim};
+  const TensorShape o_shape{"out", q_batch, s.seqlen_q, s.num_heads, s.head_dim_v};
+  const TensorShape k_shape = s.paged    ? TensorShape{"k", a.num_pages, a.page_size, s.num_heads_kv, s.head_dim}
+                              : s.varlen_k ? TensorShape{"k", 1, s.seqlen_k, s.num_heads_kv, s.head_dim}
+                                           : TensorShape{"k", s.batch, s.seqlen_k, s.num_heads_kv, s.head_dim};
+  const TensorShape v_shape{"v", k_shape.batch, k_shape.seqlen, s.num_heads_kv, s.head_dim_v};
+  if (s.seqlen_q == 0 || s.max_seqlen_q == 0) return plan;  // a packed batch of empty sequences: nothing to do
   const ByteRange q = check_tensor(a.q, q_shape, s.elem_bytes, device);
   const ByteRange k = check_tensor(a.k, k_shape, s.elem_bytes, device);
   const ByteRange v = check_tensor(a.v, v_shape, s.elem_bytes, device);
@@ -207,38 +409,66 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
                  "element size)");
   ByteRange lse{};
   if (a.lse != nullptr) {
-    const int64_t lse_rows = checked_mul_add(checked_mul_add(s.batch, s.num_heads, 0, "lse's size"), s.seqlen_q, 0,
-                                             "lse's size");
+    const int64_t lse_rows = partial_rows(s);
     const int64_t lse_bytes = checked_mul_add(lse_rows, 4, 0, "lse's size");
-    const TensorShape lse_shape{"lse", s.batch, s.num_heads, s.seqlen_q, 1};
+    const TensorShape lse_shape{"lse", q_batch, s.num_heads, s.seqlen_q, 1};
     lse = check_allocation(a.lse, static_cast<uint64_t>(lse_bytes), device, "lse", &lse_shape, nullptr);
     if (lse.overlaps(q) || lse.overlaps(k) || lse.overlaps(v) || lse.overlaps(out))
       bad_argument("argument lse overlaps q, k, v or out");
   }
+  if (s.varlen_q) check_index_tensor(a.cu_seqlens_q, s.batch + 1, "cu_seqlens_q", "(batch + 1)", device);
+  if (s.varlen_k) check_index_tensor(a.cu_seqlens_k, s.batch + 1, "cu_seqlens_k", "(batch + 1)", device);
+  if (a.seqused_k != nullptr) check_index_tensor(a.seqused_k, s.batch, "seqused_k", "(batch)", device);
+  if (s.paged)
+    check_index_tensor(a.page_table, checked_mul_add(s.batch - 1, a.page_table_stride, a.max_pages, "page_table"),
+                       "page_table", "(batch, max_pages)", device);
 
-  const Spec& spec = cfg.spec;
-  const TileSchedule sched = schedule_tiles(cfg, s.batch, s.num_heads, s.num_heads_kv, s.seqlen_q, s.seqlen_k);
+  const TileSchedule sched = schedule_tiles(cfg, grid_shape(s, spec.pack_gqa, num_splits));
+  if (spec.pack_gqa && sched.pack_rows < 1)
+    bad_argument(fmt::format("argument pack_gqa = 1 needs num_heads / num_heads_kv = {} <= the kernel's block_m {}",
+                             s.group, spec.block_m));
   if (s.num_heads * s.batch > 0x7fffffff || sched.num_tiles > 0x7fffffff)
-    bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} make more than 2^31 tiles", s.batch,
-                             s.num_heads, s.seqlen_q));
+    bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} x num_splits {} make more than 2^31 "
+                             "tiles",
+                             s.batch, s.num_heads, s.max_seqlen_q, num_splits));
   if (a.dtype == DType::kE4m3) check_descales(spec, a, s, device, out, lse);
+
+  const WorkspaceLayout ws = workspace_layout(s, num_splits);
+  float* out_partial = nullptr;
+  float* lse_partial = nullptr;
+  if (ws.bytes > 0) {
+    if (a.workspace == nullptr || a.workspace_bytes < static_cast<size_t>(ws.bytes))
+      bad_argument(fmt::format("argument workspace holds {} bytes{}; this call runs {} KV splits and needs {} bytes "
+                               "(workspace_size)",
+                               a.workspace == nullptr ? 0 : a.workspace_bytes, a.workspace == nullptr ? " (null)" : "",
+                               num_splits, ws.bytes));
+    if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0)
+      bad_argument("argument workspace is not 16-byte aligned");
+    const ByteRange w =
+        check_allocation(a.workspace, static_cast<uint64_t>(ws.bytes), device, "workspace", nullptr, nullptr);
+    if (w.overlaps(q) || w.overlaps(k) || w.overlaps(v) || w.overlaps(out) || w.overlaps(lse))
+      bad_argument("argument workspace overlaps q, k, v, out or lse");
+    out_partial = static_cast<float*>(a.workspace);
+    lse_partial = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + ws.lse_offset);
+  }
+
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
-  LaunchPlan plan;
-  plan.function = function;
-  plan.launch = invariants;
   plan.grid = static_cast<unsigned>(sched.num_tiles);
-  plan.stream = static_cast<CUstream>(stream);
   Params& p = plan.params;
-  p.tm_q = make_tensor_map(a.q, q_shape, type, s.elem_bytes, spec.block_m);
-  // With a cluster each CTA loads half of every K/V block and multicasts it (device/mainloop.cuh).
-  p.tm_k = make_tensor_map(a.k, k_shape, type, s.elem_bytes, spec.block_n / spec.cluster_m);
-  p.tm_v = make_tensor_map(a.v, v_shape, type, s.elem_bytes, spec.block_n / spec.cluster_m);
-  p.tm_o = make_tensor_map(a.out, o_shape, tensor_map_type(s.out_dtype), s.out_elem_bytes, 64);
+  p.tm_q = make_tensor_map(a.q, q_shape, type, s.elem_bytes, static_cast<int>(sched.pack_rows),
+                           spec.pack_gqa ? s.group : 0);
+  // With a cluster each CTA loads half of every K/V block and multicasts it (device/mainloop.cuh); a page is loaded
+  // in boxes that never cross a page boundary.
+  const int kv_box_rows = s.paged ? std::gcd(static_cast<int>(a.page_size), spec.block_n) : spec.block_n / spec.cluster_m;
+  p.tm_k = make_tensor_map(a.k, k_shape, type, s.elem_bytes, kv_box_rows);
+  p.tm_v = make_tensor_map(a.v, v_shape, type, s.elem_bytes, kv_box_rows);
+  if (!(spec.varlen_q || spec.pack_gqa))
+    p.tm_o = make_tensor_map(a.out, o_shape, tensor_map_type(s.out_dtype), s.out_elem_bytes, 64);
   p.lse = a.lse;
   p.seqlen_q = static_cast<int>(s.seqlen_q);
   p.seqlen_k = static_cast<int>(s.seqlen_k);
   p.num_heads = static_cast<int>(s.num_heads);
-  p.head_group = static_cast<int>(s.num_heads / s.num_heads_kv);
+  p.head_group = static_cast<int>(s.group);
   p.batch = static_cast<int>(s.batch);
   p.num_m_blocks = static_cast<int>(sched.num_m_blocks);
   p.section_heads = static_cast<int>(sched.section_heads);
@@ -252,22 +482,70 @@ LaunchPlan build_launch(const KernelConfig& cfg, CUfunction function, const Laun
   p.k_descale_stride_head = static_cast<int>(a.k_descale.stride_head);
   p.v_descale_stride_batch = static_cast<int>(a.v_descale.stride_batch);
   p.v_descale_stride_head = static_cast<int>(a.v_descale.stride_head);
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.seqused_k = a.seqused_k;
+  p.page_table = a.page_table;
+  p.page_table_stride = static_cast<int>(a.page_table_stride);
+  p.max_pages = static_cast<int>(a.max_pages);
+  p.num_pages = static_cast<int>(a.num_pages);
+  p.page_size = static_cast<int>(a.page_size);
+  p.page_box_rows = kv_box_rows;
+  p.num_heads_kv = static_cast<int>(s.num_heads_kv);
+  p.pack_rows = static_cast<int>(sched.pack_rows);
+  p.num_splits = num_splits;
+  p.out_partial = out_partial;
+  p.lse_partial = lse_partial;
+  p.out = a.out.data;
+  p.out_stride_batch = a.out.stride_batch;
+  p.out_stride_seq = a.out.stride_seq;
+  p.out_stride_head = a.out.stride_head;
+
+  if (num_splits > 1) {
+    attention_combine::CombineArgs c;
+    c.out_dtype = s.out_dtype;
+    c.num_splits = num_splits;
+    c.batch = q_batch;
+    c.seqlen_q = s.seqlen_q;
+    c.num_heads = s.num_heads;
+    c.head_dim_v = s.head_dim_v;
+    c.out_partial = out_partial;
+    c.lse_partial = lse_partial;
+    c.out = a.out;
+    c.lse = a.lse;
+    plan.combine = true;
+    plan.combine_plan = attention_combine::prepare_prechecked(*kernel.combine(), c, device.ctx);
+  }
   return plan;
 }
-
-
 
 // ---- plan cache ---------------------------------------------------------------------------------------
 
 // Everything the kernel choice depends on: integers only.
 struct ShapeClass {
   int dtype, out_dtype, quant, head_dim, head_dim_v, causal;
+  int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q
   bool operator<(const ShapeClass& o) const {
-    return std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal) <
-           std::tie(o.dtype, o.out_dtype, o.quant, o.head_dim, o.head_dim_v, o.causal);
+    return std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout) <
+           std::tie(o.dtype, o.out_dtype, o.quant, o.head_dim, o.head_dim_v, o.causal, o.layout);
   }
   bool operator==(const ShapeClass& o) const = default;
 };
+
+int layout_bits(const Layout& l) {
+  return (l.varlen_q ? 1 : 0) | (l.varlen_k ? 2 : 0) | (l.paged_kv ? 4 : 0) | (l.pack_gqa ? 8 : 0) |
+         (l.split_kv ? 16 : 0) | (l.short_q ? 32 : 0);
+}
+Layout layout_of(int bits) {
+  Layout l;
+  l.varlen_q = bits & 1;
+  l.varlen_k = bits & 2;
+  l.paged_kv = bits & 4;
+  l.pack_gqa = bits & 8;
+  l.split_kv = bits & 16;
+  l.short_q = bits & 32;
+  return l;
+}
 
 // The runtime's plans: one loaded kernel per shape class, kept for the runtime's life.
 struct Plans {
@@ -283,7 +561,8 @@ const Kernel& plan_for(Runtime& runtime, const ShapeClass& key) {
     if (it != plans.by_class.end()) return *it->second;
   }
   const Spec spec = default_spec(static_cast<DType>(key.dtype), static_cast<DType>(key.out_dtype),
-                                 static_cast<Quant>(key.quant), key.head_dim, key.head_dim_v, key.causal != 0);
+                                 static_cast<Quant>(key.quant), key.head_dim, key.head_dim_v, key.causal != 0,
+                                 layout_of(key.layout));
   std::shared_ptr<const Kernel> kernel = load_kernel(runtime, spec);  // compiles outside the lock
   std::unique_lock<std::shared_mutex> lock(plans.mu);
   return *plans.by_class.emplace(key, std::move(kernel)).first->second;
@@ -300,39 +579,85 @@ struct Memo {
 };
 thread_local Memo t_memo;
 
+// The shape class and splits of a call without an explicit kernel (the tile table's choice).
+struct ClassChoice {
+  ShapeClass key;
+  int num_splits;
+};
+ClassChoice choose_class(const ForwardArgs& a, const CallShape& s, int ordinal) {
+  Layout l = base_layout(a, s);
+  // With one query row the bottom-right causal mask hides no key (row 0 sees j <= seqlen_k - 1), so a decode
+  // step runs the non-causal kernel and gives exactly the non-causal result (FA3 does the same).
+  const bool causal = a.causal && s.max_seqlen_q > 1;
+  const TileDefaults tile = class_tile(a.dtype, static_cast<int>(s.head_dim), causal, l);
+  const int splits = resolve_splits(a, s, tile.block_m, tile.block_n, l.pack_gqa, ordinal);
+  l.split_kv = splits > 1;
+  return {ShapeClass{static_cast<int>(a.dtype), static_cast<int>(s.out_dtype), static_cast<int>(a.quant),
+                     static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal ? 1 : 0, layout_bits(l)},
+          splits};
+}
+
+// The splits of a call on an explicit kernel: the argument's, or the heuristic's when the kernel can split.
+int kernel_splits(const Kernel& kernel, const ForwardArgs& a, const CallShape& s, int ordinal) {
+  const Spec& spec = kernel.spec();
+  if (!spec.split_kv) return 1;
+  return resolve_splits(a, s, spec.block_m, spec.block_n, spec.pack_gqa, ordinal);
+}
+
 }  // namespace
 
-Kernel::Kernel(const KernelConfig& config, std::shared_ptr<LoadedKernel> loaded)
-    : config_(config), loaded_(std::move(loaded)) {}
+Kernel::Kernel(const KernelConfig& config, std::shared_ptr<LoadedKernel> loaded,
+               std::optional<attention_combine::LoadedCombine> combine)
+    : config_(config), loaded_(std::move(loaded)), combine_(std::move(combine)) {}
 
 std::shared_ptr<const Kernel> load_kernel(Runtime& runtime, const Spec& spec) {
   const KernelConfig config = make_kernel_config(spec);
-  return std::make_shared<const Kernel>(config, runtime.load(make_request(config)));
+  std::optional<attention_combine::LoadedCombine> combine;
+  if (spec.split_kv)
+    combine = attention_combine::load_combine(runtime, spec.out_dtype, spec.head_dim_v, kMaxSplits);
+  return std::make_shared<const Kernel>(config, runtime.load(make_request(config)), std::move(combine));
 }
+
+namespace {
+
+// The device whose SM count the split heuristic uses: q's, else the current context's, else device 0 (a workspace
+// may be sized before the tensors exist).
+int heuristic_device(const ForwardArgs& a) {
+  if (a.q.data != nullptr) return pointer_device(a.q.data, "q.data");
+  CUcontext ctx = nullptr;
+  CUdevice dev = 0;
+  const Driver& d = driver();
+  if (d.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx != nullptr && d.cuCtxGetDevice(&dev, ctx) == CUDA_SUCCESS)
+    return static_cast<int>(dev);
+  return 0;
+}
+
+void check_q_pointer(const ForwardArgs& a) {
+  if (a.q.data == nullptr) bad_argument("argument q.data is null");
+}
+
+}  // namespace
 
 LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* stream) {
   const CallShape shape = check_shape(args);
-  // With one query row the bottom-right causal mask hides no key (row 0 sees j <= seqlen_k - 1), so a decode
-  // step runs the non-causal kernel and gives exactly the non-causal result (FA3 does the same).
-  const ShapeClass key{static_cast<int>(args.dtype), static_cast<int>(shape.out_dtype), static_cast<int>(args.quant),
-                       static_cast<int>(shape.head_dim),
-                       static_cast<int>(shape.head_dim_v), args.causal && shape.seqlen_q > 1 ? 1 : 0};
+  check_q_pointer(args);
   const CallDevice device = call_device(args.q.data, "q.data", "q");
+  const ClassChoice choice = choose_class(args, shape, device.ordinal);
   Memo& memo = t_memo;
-  if (!(memo.runtime_id == runtime.id() && memo.key == key && memo.ctx == device.ctx)) {
-    const Kernel& kernel = plan_for(runtime, key);
-    memo = Memo{runtime.id(), key, device.ctx, &kernel, kernel.loaded().function_for(device.ctx)};
+  if (!(memo.runtime_id == runtime.id() && memo.key == choice.key && memo.ctx == device.ctx)) {
+    const Kernel& kernel = plan_for(runtime, choice.key);
+    memo = Memo{runtime.id(), choice.key, device.ctx, &kernel, kernel.loaded().function_for(device.ctx)};
   }
-  return build_launch(memo.kernel->config(), memo.function, memo.kernel->loaded().launch(), device, args, shape,
-                      stream);
+  return build_launch(*memo.kernel, memo.function, device, args, shape, choice.num_splits, stream);
 }
 
 LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* stream) {
   const CallShape shape = check_shape(args);
+  check_q_pointer(args);
   check_agrees(kernel.spec(), args, shape);
   const CallDevice device = call_device(args.q.data, "q.data", "q");
-  return build_launch(kernel.config(), kernel.loaded().function_for(device.ctx), kernel.loaded().launch(), device, args,
-                      shape, stream);
+  return build_launch(kernel, kernel.loaded().function_for(device.ctx), device, args, shape,
+                      kernel_splits(kernel, args, shape, device.ordinal), stream);
 }
 
 void forward(Runtime& runtime, const ForwardArgs& args, void* stream) {
@@ -346,9 +671,38 @@ void forward(const Kernel& kernel, const ForwardArgs& args, void* stream) {
 }
 
 void launch(LaunchPlan& plan) {
+  if (plan.grid == 0) return;  // nothing to compute (every sequence empty)
   launch_kernel(plan.function, plan.launch, plan.grid, &plan.params, plan.stream, "launching the attention kernel");
+  if (plan.combine) attention_combine::launch(plan.combine_plan, plan.stream);
 }
 
-size_t workspace_size(const ForwardArgs&) { return 0; }
+CallPlanInfo plan_info(const ForwardArgs& args) {
+  const CallShape shape = check_shape(args);
+  const int ordinal = heuristic_device(args);
+  const ClassChoice choice = choose_class(args, shape, ordinal);
+  CallPlanInfo info;
+  const ShapeClass& k = choice.key;
+  info.spec = default_spec(static_cast<DType>(k.dtype), static_cast<DType>(k.out_dtype), static_cast<Quant>(k.quant),
+                           k.head_dim, k.head_dim_v, k.causal != 0, layout_of(k.layout));
+  info.num_splits = choice.num_splits;
+  info.pack_gqa = info.spec.pack_gqa;
+  info.workspace_bytes = static_cast<size_t>(workspace_layout(shape, choice.num_splits).bytes);
+  return info;
+}
+
+CallPlanInfo plan_info(const Kernel& kernel, const ForwardArgs& args) {
+  const CallShape shape = check_shape(args);
+  check_agrees(kernel.spec(), args, shape);
+  const int ordinal = heuristic_device(args);
+  CallPlanInfo info;
+  info.spec = kernel.spec();
+  info.num_splits = kernel_splits(kernel, args, shape, ordinal);
+  info.pack_gqa = info.spec.pack_gqa;
+  info.workspace_bytes = static_cast<size_t>(workspace_layout(shape, info.num_splits).bytes);
+  return info;
+}
+
+size_t workspace_size(const ForwardArgs& args) { return plan_info(args).workspace_bytes; }
+size_t workspace_size(const Kernel& kernel, const ForwardArgs& args) { return plan_info(kernel, args).workspace_bytes; }
 
 }  // namespace fa3jit::attention_fwd

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 
+#include "kernels/attention_combine/launch.h"
 #include "kernels/attention_fwd/params.h"
 #include "kernels/attention_fwd/tile_table.h"
 #include "runtime/runtime.h"
@@ -103,14 +104,18 @@ inline constexpr int64_t kMaxSeqlen = 0x7fffffff - 1024;
 /// A chosen, loaded kernel: what the C ABI's kernel handle holds. Immutable once built.
 class Kernel {
  public:
-  Kernel(const KernelConfig& config, std::shared_ptr<LoadedKernel> loaded);
+  Kernel(const KernelConfig& config, std::shared_ptr<LoadedKernel> loaded,
+         std::optional<attention_combine::LoadedCombine> combine = std::nullopt);
   const Spec& spec() const { return config_.spec; }
   const KernelConfig& config() const { return config_; }
   LoadedKernel& loaded() const { return *loaded_; }
+  /// The combine kernel a split_kv kernel launches after its split pass (empty otherwise).
+  const std::optional<attention_combine::LoadedCombine>& combine() const { return combine_; }
 
  private:
   KernelConfig config_;
   std::shared_ptr<LoadedKernel> loaded_;
+  std::optional<attention_combine::LoadedCombine> combine_;
 };
 
 /// Compiles (or fetches) and loads the kernel of `spec` in `runtime`; once per spec per runtime.
@@ -136,10 +141,12 @@ void forward(const Kernel& kernel, const ForwardArgs& args, void* stream);
 /// forward() is the two in a row; tests and the host-cost benchmark use them apart.
 struct LaunchPlan {
   Params params;
-  unsigned grid = 0;
+  unsigned grid = 0;  // 0: nothing to launch (a packed batch of empty sequences)
   CUfunction function = nullptr;
   LaunchInvariants launch;
   CUstream stream = nullptr;
+  bool combine = false;  // split-KV: the combine kernel runs after the split pass, on the same stream
+  attention_combine::PreparedLaunch combine_plan;
 };
 LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* stream);
 LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* stream);

@@ -18,12 +18,12 @@ namespace fa3jit::attention_fwd {
   FIELD(TmaDesc, tm_v)       /* v (batch, seqlen_k, num_heads_kv, head_dim_v), as k */                  \
   FIELD(TmaDesc, tm_o)       /* out (batch, seqlen_q, num_heads, head_dim_v), box rows 64 */            \
   FIELD(float*, lse)         /* (batch, num_heads, seqlen_q) fp32, natural log; may be null */          \
-  FIELD(int, seqlen_q)                                                                                  \
-  FIELD(int, seqlen_k)                                                                                  \
+  FIELD(int, seqlen_q)       /* dense: per sequence; varlen_q: total_q (rows of q) */                   \
+  FIELD(int, seqlen_k)       /* dense: per sequence; varlen_k: total_k; paged: max_pages * page_size */  \
   FIELD(int, num_heads)                                                                                 \
   FIELD(int, head_group)     /* num_heads / num_heads_kv (GQA): kv head = head / head_group */          \
   FIELD(int, batch)                                                                                     \
-  FIELD(int, num_m_blocks)   /* row blocks per head, rounded up to a multiple of cluster_m */           \
+  FIELD(int, num_m_blocks)   /* row blocks per head (of max_seqlen_q), rounded up to cluster_m */       \
   FIELD(int, section_heads)  /* causal tile order: (head, batch) pairs per L2 section (scheduler) */    \
   FIELD(const float*, q_descale) /* e4m3: launch.h ScaleView; null for 16-bit */                         \
   FIELD(const float*, k_descale)                                                                        \
@@ -34,7 +34,27 @@ namespace fa3jit::attention_fwd {
   FIELD(int, k_descale_stride_head)                                                                     \
   FIELD(int, v_descale_stride_batch)                                                                    \
   FIELD(int, v_descale_stride_head)                                                                     \
-  FIELD(float, scale_log2)   /* softmax_scale * log2(e), folded into one FFMA before ex2 */
+  FIELD(float, scale_log2)   /* softmax_scale * log2(e), folded into one FFMA before ex2 */                \
+  /* serving layouts (spec fields varlen_q, varlen_k, paged_kv, pack_gqa, split_kv; launch.h ForwardArgs): */ \
+  /* int32 tensors only the GPU reads; device/seqlen.cuh clamps every value into the tensors given */         \
+  FIELD(const int*, cu_seqlens_q) /* (batch + 1); q, out (seqlen_q = total_q, heads, d), lse (heads, total_q) */ \
+  FIELD(const int*, cu_seqlens_k) /* (batch + 1); k, v (seqlen_k = total_k, heads_kv, d) */                  \
+  FIELD(const int*, seqused_k)    /* (batch) or null: keys used per sequence */                              \
+  FIELD(const int*, page_table)   /* (batch, max_pages), row stride page_table_stride */                     \
+  FIELD(int, page_table_stride)                                                                         \
+  FIELD(int, max_pages)                                                                                 \
+  FIELD(int, num_pages)                                                                                 \
+  FIELD(int, page_size)                                                                                 \
+  FIELD(int, page_box_rows)  /* gcd(page_size, block_n): rows of one K/V TMA box inside one page */      \
+  FIELD(int, num_heads_kv)                                                                              \
+  FIELD(int, pack_rows)      /* pack_gqa: queries per M tile, block_m / head_group; else block_m */     \
+  FIELD(int, num_splits)     /* >= 1; > 1: partials into out_partial / lse_partial */                   \
+  FIELD(float*, out_partial) /* fp32 (num_splits, lse_batch, seqlen_q, num_heads, head_dim_v) */        \
+  FIELD(float*, lse_partial) /* fp32 (num_splits, lse_batch, num_heads, seqlen_q) */                    \
+  FIELD(void*, out)          /* out's base: the epilogue's own stores (varlen_q, pack_gqa) */            \
+  FIELD(long long, out_stride_batch) /* elements */                                                     \
+  FIELD(long long, out_stride_seq)                                                                      \
+  FIELD(long long, out_stride_head)
 
 struct Params {
   FA3JIT_ATTENTION_FWD_PARAMS(FA3JIT_PARAMS_DECLARE)

@@ -12,14 +12,29 @@
 namespace fa3jit::attention_fwd {
 
 struct TileSchedule {
-  int64_t num_tiles;      // the grid (one CTA per tile); <= 2^31 - 1 when valid
+  int64_t num_tiles;      // the grid (one CTA per tile, all splits); <= 2^31 - 1 when valid
   int64_t num_m_blocks;   // row blocks per head, rounded up to a multiple of cluster_m
   int64_t section_heads;  // (head, batch) pairs per L2 section (causal order)
+  int64_t pack_rows;      // queries per M tile: block_m, or block_m / group with pack_gqa
+};
+
+/// What the tile grid of a call depends on.
+struct GridShape {
+  int64_t batch, num_heads, num_heads_kv;
+  int64_t max_seqlen_q;  // longest sequence's queries (the grid covers it; varlen tiles past a sequence exit)
+  int64_t seqlen_k;      // longest sequence's keys (L2 sections)
+  bool pack_gqa;
+  int64_t num_splits;    // >= 1
 };
 
 /// Geometry of a call. With a 2-CTA cluster both CTAs of a pair work on one head: the row blocks per head are
-/// rounded up to even (the extra block's rows lie past seqlen_q: TMA zero-fills its Q and drops its O).
-TileSchedule schedule_tiles(const KernelConfig& config, int64_t batch, int64_t num_heads, int64_t num_heads_kv,
-                            int64_t seqlen_q, int64_t seqlen_k);
+/// rounded up to even (the extra block's rows lie past seqlen_q: TMA zero-fills its Q and drops its O). With
+/// pack_gqa a tile's rows are block_m / group queries x the group's heads, and the grid runs over KV heads.
+TileSchedule schedule_tiles(const KernelConfig& config, const GridShape& g);
+
+/// Splits of the key range for a call with `tiles` tiles per split and `n_blocks` key blocks per sequence on
+/// `num_sms` multiprocessors (one CTA each): 1 when the tiles fill 80% of the machine, else the fewest splits whose
+/// wave efficiency is within 85% of the best (FA3's num_splits_heuristic, hopper/heuristics.h; FlashDecoding).
+int num_splits_heuristic(int64_t tiles, int64_t n_blocks, int num_sms, int max_splits);
 
 }  // namespace fa3jit::attention_fwd

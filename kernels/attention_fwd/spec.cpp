@@ -89,6 +89,23 @@ void check_precision(const Spec& spec) {
                         spec.cluster_m));
 }
 
+void check_layout(const Spec& spec) {
+  if (spec.paged_kv && spec.varlen_k)
+    invalid("spec fields \"paged_kv\" and \"varlen_k\" are both true; k and v are either paged or packed, expected "
+            "at most one of them true");
+  const bool serving = spec.varlen_q || spec.varlen_k || spec.paged_kv || spec.pack_gqa || spec.split_kv;
+  if (serving && spec.cluster_m != 1)
+    invalid(fmt::format("spec field \"cluster_m\": {} is not allowed with varlen_q, varlen_k, paged_kv, pack_gqa or "
+                        "split_kv; the CTAs of a cluster would see different sequences or key ranges, expected 1",
+                        spec.cluster_m));
+  if ((spec.varlen_q || spec.varlen_k || spec.paged_kv) && spec.quant == Quant::kPerBlock)
+    invalid("spec field \"quant\": \"per_block\" is not allowed with varlen_q, varlen_k or paged_kv; per-block "
+            "descales are laid out for dense tensors, expected \"per_head\"");
+  if (spec.pack_gqa && spec.quant == Quant::kPerBlock)
+    invalid("spec field \"pack_gqa\": true is not allowed with quant \"per_block\"; a packed M tile holds several "
+            "query heads, whose per-block q descales differ, expected false or quant \"per_head\"");
+}
+
 DType read_dtype_field(const json& doc, const char* key, const std::string& allowed) {
   const json& value = doc.at(key);
   const std::string name = read_string(value, key, allowed);
@@ -182,7 +199,8 @@ const Capabilities& capabilities() {
       {64, 128, 256},
       {DType::kBf16, DType::kFp16},
       false,
-      {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum"},
+      {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum", "varlen",
+       "paged_kv", "split_kv", "pack_gqa", "seqused_k"},
   };
   return kCapabilities;
 }
@@ -261,6 +279,7 @@ void validate(const Spec& spec) {
     invalid("spec field \"cluster_m\": 2 is not allowed with causal true; the two CTAs of a cluster must visit the "
             "same KV blocks, expected 1");
   check_precision(spec);
+  check_layout(spec);
   check_budgets(spec, derive_config(spec));
 }
 
@@ -272,7 +291,7 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "cluster_m"});
+                       "cluster_m", "varlen_q", "varlen_k", "paged_kv", "pack_gqa", "split_kv"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
   Spec spec;
@@ -286,6 +305,12 @@ Spec parse_spec(const json& doc) {
                                              : default_out_dtype(spec.dtype);
   spec.quant = read_quant(doc, spec.dtype);
 
+  spec.varlen_q = read_knob(doc, "varlen_q", false);
+  spec.varlen_k = read_knob(doc, "varlen_k", false);
+  spec.paged_kv = read_knob(doc, "paged_kv", false);
+  spec.pack_gqa = read_knob(doc, "pack_gqa", false);
+  spec.split_kv = read_knob(doc, "split_kv", false);
+  const bool serving = spec.varlen_q || spec.varlen_k || spec.paged_kv || spec.pack_gqa || spec.split_kv;
   const TileDefaults defaults = default_tile(spec.dtype, spec.head_dim, spec.causal);
   spec.fp32_two_level_accum = read_knob(doc, "fp32_two_level_accum", fp8 && defaults.fp32_two_level_accum);
   read_tile(doc, defaults, spec);
@@ -295,7 +320,7 @@ Spec parse_spec(const json& doc) {
   spec.pingpong = read_knob(doc, "pingpong",
                             defaults.pingpong && spec.intra_wg_overlap && spec.consumer_warpgroups >= 2);
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
-                                             : (spec.causal ? 1 : defaults.cluster_m);
+                                             : (spec.causal || serving ? 1 : defaults.cluster_m);
   validate(spec);
   return spec;
 }
@@ -308,9 +333,15 @@ Spec default_spec(DType dtype, int head_dim, int head_dim_v, bool causal) {
 }
 
 Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal) {
+  return default_spec(dtype, out_dtype, quant, head_dim, head_dim_v, causal, Layout{});
+}
+
+Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal,
+                  const Layout& layout) {
   check_dtype(dtype);
   check_head_dims(dtype, head_dim, head_dim_v);
-  const TileDefaults d = default_tile(dtype, head_dim, causal);
+  const TileDefaults d = layout.short_q ? decode_tile(dtype, head_dim) : default_tile(dtype, head_dim, causal);
+  const bool serving = layout.varlen_q || layout.varlen_k || layout.paged_kv || layout.pack_gqa || layout.split_kv;
   Spec spec;
   spec.dtype = dtype;
   spec.out_dtype = out_dtype;
@@ -325,7 +356,12 @@ Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int h
   spec.stages = d.stages;
   spec.intra_wg_overlap = d.intra_wg_overlap;
   spec.pingpong = d.pingpong && d.intra_wg_overlap && d.consumer_warpgroups >= 2;
-  spec.cluster_m = causal ? 1 : d.cluster_m;
+  spec.cluster_m = causal || serving ? 1 : d.cluster_m;
+  spec.varlen_q = layout.varlen_q;
+  spec.varlen_k = layout.varlen_k;
+  spec.paged_kv = layout.paged_kv;
+  spec.pack_gqa = layout.pack_gqa;
+  spec.split_kv = layout.split_kv;
   validate(spec);
   return spec;
 }
@@ -347,6 +383,11 @@ json canonical_json(const Spec& spec) {
       {"pingpong", spec.pingpong},
       {"intra_wg_overlap", spec.intra_wg_overlap},
       {"cluster_m", spec.cluster_m},
+      {"varlen_q", spec.varlen_q},
+      {"varlen_k", spec.varlen_k},
+      {"paged_kv", spec.paged_kv},
+      {"pack_gqa", spec.pack_gqa},
+      {"split_kv", spec.split_kv},
   };
 }
 
@@ -363,6 +404,11 @@ std::string spec_summary(const Spec& spec) {
   if (spec.pingpong) text += " pingpong";
   if (spec.intra_wg_overlap) text += " overlap";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
+  if (spec.varlen_q) text += " varlen_q";
+  if (spec.varlen_k) text += " varlen_k";
+  if (spec.paged_kv) text += " paged";
+  if (spec.pack_gqa) text += " pack_gqa";
+  if (spec.split_kv) text += " split";
   return text;
 }
 
@@ -371,6 +417,10 @@ std::string name_token(const Spec& spec) {
   if (spec.dtype == DType::kE4m3) token = fmt::format("e4m3_{}_d{}", quant_name(spec.quant), spec.head_dim);
   if (spec.head_dim_v != spec.head_dim) token += fmt::format("v{}", spec.head_dim_v);
   token += spec.causal ? "_causal" : "_full";
+  if (spec.varlen_q || spec.varlen_k) token += "_varlen";
+  if (spec.paged_kv) token += "_paged";
+  if (spec.pack_gqa) token += "_packgqa";
+  if (spec.split_kv) token += "_split";
   return token;
 }
 

@@ -25,6 +25,17 @@
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
+// Serving layouts (launch.h: ForwardArgs; FA3's flash_attn_varlen_func / flash_attn_with_kvcache), all bool,
+// default false, each a compile-time switch of the kernel:
+//   varlen_q            q and out packed (total_q, num_heads, d), sequences delimited by cu_seqlens_q
+//   varlen_k            k and v packed (total_k, num_heads_kv, d), delimited by cu_seqlens_k
+//   paged_kv            k and v in pages (num_pages, page_size, num_heads_kv, d) through a page table
+//                       (exclusive with varlen_k)
+//   pack_gqa            the query heads of one KV head share an M tile (rows = queries x group): a decode
+//                       step fills the tile with one token x the group; not with quant per_block
+//   split_kv            the key range of a row block may be cut into num_splits ranges (FlashDecoding): fp32
+//                       partials into the workspace, merged by the attention_combine family
+// Each needs cluster_m 1.
 // Every kernel field left out takes its value from the tile table (per dtype, head_dim, causal), so a spec
 // with defaults spelled out and one without map to the same Spec, kernel name and cache key. A problem
 // shape is no part of a kernel: a spec file's "problem" section belongs to run/bench (testing/problem.h).
@@ -91,7 +102,19 @@ struct Spec {
   bool pingpong = false;
   bool intra_wg_overlap = false;
   int cluster_m = 1;
+  bool varlen_q = false;
+  bool varlen_k = false;
+  bool paged_kv = false;
+  bool pack_gqa = false;
+  bool split_kv = false;
   bool operator==(const Spec&) const = default;
+};
+
+/// The serving-layout fields of a Spec, as the runtime picks them for a call (launch.cpp).
+struct Layout {
+  bool varlen_q = false, varlen_k = false, paged_kv = false, pack_gqa = false, split_kv = false;
+  /// The call's M tile holds at most 64 rows (a decode step): the tile table's decode tile (tile_table.h).
+  bool short_q = false;
 };
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
@@ -111,6 +134,8 @@ void validate(const Spec& spec);
 /// 16-bit dtypes they must be the dtype and kNone).
 Spec default_spec(DType dtype, int head_dim, int head_dim_v, bool causal);
 Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal);
+Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal,
+                  const Layout& layout);
 
 /// Canonical JSON: "kind" and every kernel field, keys sorted, every default spelled out. Two specs
 /// compile to the same kernel iff their canonical strings are equal.

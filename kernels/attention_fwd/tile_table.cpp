@@ -70,6 +70,19 @@ TileDefaults default_tile(DType dtype, int head_dim, bool causal) {
               fmt::format("spec field \"head_dim\": {} is not supported; expected {}", head_dim, allowed_head_dims(dtype)));
 }
 
+TileDefaults decode_tile(DType dtype, int head_dim) {
+  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}: bytes of one K+V stage x stages
+  // ~ 128 KB (d64: 32 KB x 4, d128: 64 KB x 2, d256: 64 KB x 2; e4m3 halves a stage).
+  const bool fp8 = dtype == DType::kE4m3;
+  switch (head_dim) {
+    case 64: return {64, 128, 1, 4, false, true};
+    case 128: return {64, 128, 1, fp8 ? 4 : 2, false, true};
+    case 256: return {64, fp8 ? 128 : 64, 1, 2, false, true};
+    default: break;
+  }
+  return default_tile(dtype, head_dim, false);  // throws the message for an unsupported head_dim
+}
+
 KernelConfig derive_config(const Spec& spec) {
   KernelConfig config{};
   config.spec = spec;

@@ -31,6 +31,11 @@ struct TileDefaults {
 /// e4m3).
 TileDefaults default_tile(DType dtype, int head_dim, bool causal);
 
+/// Tile of a call whose M tile holds at most 64 rows (a decode step, with or without pack_gqa): one consumer
+/// warpgroup of 64 rows, the key block and stages sized so about 128 KB of K/V are in flight per CTA, since
+/// such a call is bound by memory bandwidth, not by the tensor cores.
+TileDefaults decode_tile(DType dtype, int head_dim);
+
 /// Numbers derived from a valid Spec that the kernel and the launcher both need.
 struct KernelConfig {
   Spec spec;

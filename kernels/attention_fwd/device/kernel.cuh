@@ -11,6 +11,8 @@
 //                    fills the scheduler fields of Params, is kernels/attention_fwd/scheduler.{h,cpp}
 //   variant.cuh      the attention variant: key-block range, mask, score transform, row-sum hook; the file to
 //                    open for a sliding window, softcap, sinks or split-KV ranges
+//   seqlen.cuh       where the tile's sequence lies (dense, varlen, paged; seqused_k) and which query and head each
+//                    row is (pack_gqa); the values from the caller's int32 tensors are clamped there
 //   mainloop.cuh     producer (TMA into the K/V ring) and consumer KV loop (GEMMs, softmax step, pingpong,
 //                    intra-warpgroup overlap)
 //   softmax.cuh      online softmax; mask.cuh the masking primitive the variant calls
@@ -27,6 +29,7 @@
 #include "kernels/attention_fwd/device/descale.cuh"
 #include "kernels/attention_fwd/device/epilogue.cuh"
 #include "kernels/attention_fwd/device/mainloop.cuh"
+#include "kernels/attention_fwd/device/seqlen.cuh"
 #include "kernels/attention_fwd/device/variant.cuh"
 
 namespace fa3jit::attention_fwd {
@@ -36,14 +39,26 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const SmemLayout<Cfg> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
   const int wg = warpgroup_index();
-  const TileCoord tile = tile_for<Cfg::kCausal>(static_cast<int>(blockIdx.x), params);
-  const NBlockRange range = AttentionVariant<Cfg>::n_block_range(tile.m_block, params.seqlen_q, params.seqlen_k);
+  using Variant = AttentionVariant<Cfg>;
+  TileWork w;
+  w.tile = tile_for<Cfg>(static_cast<int>(blockIdx.x), params);
+  w.seq = SeqInfo::load<Cfg>(params, w.tile.batch);
+  w.q_first = RowMap<Cfg>::make(params, w.tile).q_first;
+  // A row block past its sequence's end (varlen_q: the grid is sized by max_seqlen_q) has nothing to do; no CTA
+  // of a cluster can be in this case (serving layouts need cluster_m 1), so it may leave before the barriers.
+  if constexpr (Cfg::kVarlenQ) {
+    if (w.q_first >= w.seq.seqlen_q) return;
+  }
+  const int q_end = min(w.q_first + RowMap<Cfg>::queries(params), w.seq.seqlen_q);
+  w.range = Variant::n_block_range(q_end, w.seq.seqlen_q, w.seq.seqlen_k);
+  if constexpr (Cfg::kSplitKv) w.range = Variant::split_range(w.range, w.tile.split, params.num_splits);
+  w.first_masked = Variant::first_masked_block(w.q_first, w.seq.seqlen_q, w.seq.seqlen_k);
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&params.tm_q);
     tma_prefetch_descriptor(&params.tm_k);
     tma_prefetch_descriptor(&params.tm_v);
-    tma_prefetch_descriptor(&params.tm_o);
+    if constexpr (!(Cfg::kVarlenQ || Cfg::kPackGqa)) tma_prefetch_descriptor(&params.tm_o);
     Mainloop<Cfg>::init_barriers(sm);
     mbarrier_fence_init();
   }
@@ -58,21 +73,20 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
   if (wg == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (SmemLayout<Cfg>::kTransposeV) {
-      Mainloop<Cfg>::produce_transposing(sm, &params.tm_q, &params.tm_k, &params.tm_v, tile,
-                                         tile.head / params.head_group, range);
+      Mainloop<Cfg>::produce_transposing(sm, params, w);
     } else if (threadIdx.x == 0) {
-      Mainloop<Cfg>::produce(sm, &params.tm_q, &params.tm_k, &params.tm_v, tile, tile.head / params.head_group, range);
+      Mainloop<Cfg>::produce(sm, params, w);
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    const Descale<Cfg> descale = Descale<Cfg>::load(params, tile, tile.head / params.head_group);
+    const Descale<Cfg> descale = Descale<Cfg>::load(params, w.tile, w.tile.kv_head);
     float o[AccFragment<Cfg::kHeadDimV>::kRegs];
 #pragma unroll
     for (int i = 0; i < AccFragment<Cfg::kHeadDimV>::kRegs; ++i) o[i] = 0.f;
     typename Mainloop<Cfg>::Softmax softmax;
     softmax.init();
-    Mainloop<Cfg>::consume(sm, wg - 1, tile, range, params, descale, o, softmax);
-    store_output<Cfg>(sm, &params.tm_o, wg - 1, tile, params, descale, o, softmax);
+    Mainloop<Cfg>::consume(sm, wg - 1, w, params, descale, o, softmax);
+    store_output<Cfg>(sm, wg - 1, w, params, descale, o, softmax);
   }
   // The peer CTA's consumers may still release stages by arriving on our barriers: keep this CTA's shared
   // memory alive until both are done.

@@ -31,6 +31,7 @@
 #include "hopper/warpgroup.cuh"
 #include "hopper/wgmma.cuh"
 #include "kernels/attention_fwd/device/scheduler.cuh"
+#include "kernels/attention_fwd/device/seqlen.cuh"
 #include "kernels/attention_fwd/device/smem_layout.cuh"
 #include "hopper/smem_matrix.cuh"
 #include "kernels/attention_fwd/device/descale.cuh"
@@ -77,22 +78,65 @@ struct Mainloop {
     }
   }
 
-  /// Loads a K or V block. Alone, one CTA loads the whole block. With cluster_m = 2 each CTA loads half the
-  /// rows and multicasts them to both CTAs, so every CTA's stage still receives the full block and its full
-  /// barrier the full byte count (FA3's 2x1 cluster; PTX ISA cp.async.bulk.tensor .multicast::cluster).
+  /// Loads K or V block n_block of the tile's sequence into a stage.
+  ///  - dense / varlen_k: one box of block_n rows per 128-byte column block at row k_row0 + n_block * block_n.
+  ///    With cluster_m = 2 each CTA loads half the rows and multicasts them to both CTAs, so every CTA's stage
+  ///    still receives the full block and its full barrier the full byte count (FA3's 2x1 cluster; PTX ISA
+  ///    cp.async.bulk.tensor .multicast::cluster).
+  ///  - paged_kv: boxes of page_box_rows = gcd(page_size, block_n) rows, each inside one page: key j of the
+  ///    sequence is row j % page_size of page page_table[batch][j / page_size]. A box row count that is a multiple
+  ///    of 8 keeps every box on a 1024-byte swizzle atom. Page slots past max_pages and page indices outside
+  ///    [0, num_pages) are clamped (the keys they hold past seqlen_k are masked anyway).
   template <int kCols>
-  static __device__ __forceinline__ void load_kv_block(uint32_t dst, const TmaDesc* desc, uint32_t bar, int row,
-                                                       int head, int batch) {
-    if constexpr (Cfg::kClusterM == 1) {
-      load_tile<Cfg::kBlockN, kCols>(dst, desc, bar, row, head, batch);
+  static __device__ __forceinline__ void load_kv_block(uint32_t dst, const TmaDesc* desc, uint32_t bar, int n_block,
+                                                       const TileWork& w, const Params& p) {
+    constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
+    constexpr int kColBlocks = (kCols + kBlockCols - 1) / kBlockCols;
+    if constexpr (Cfg::kPagedKv) {
+      const int* pages = p.page_table + static_cast<int64_t>(w.tile.batch) * p.page_table_stride;
+      for (int r = 0; r < Cfg::kBlockN; r += p.page_box_rows) {
+        const int key = n_block * Cfg::kBlockN + r;
+        const int slot = min(key / p.page_size, p.max_pages - 1);
+        const int page = clamp_int(pages[slot], 0, p.num_pages - 1);
+        const int row = key - (key / p.page_size) * p.page_size;
+#pragma unroll
+        for (int j = 0; j < kColBlocks; ++j)
+          tma_load_4d(dst + j * Cfg::kBlockN * kRowBytes + r * kRowBytes, desc, bar, kBlockCols * j, row,
+                      w.tile.kv_head, page);
+      }
+    } else if constexpr (Cfg::kClusterM == 1) {
+      load_tile<Cfg::kBlockN, kCols>(dst, desc, bar, w.seq.k_row0 + n_block * Cfg::kBlockN, w.tile.kv_head,
+                                     w.seq.k_batch);
     } else {
       constexpr int kHalf = Cfg::kBlockN / 2;
-      constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
+      const int row = n_block * Cfg::kBlockN;
       const int rank = static_cast<int>(cluster_ctarank());
 #pragma unroll
-      for (int j = 0; j < (kCols + kBlockCols - 1) / kBlockCols; ++j)
+      for (int j = 0; j < kColBlocks; ++j)
         tma_load_4d_multicast(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar,
-                              kBlockCols * j, row + rank * kHalf, head, batch, static_cast<uint16_t>(0x3));
+                              kBlockCols * j, row + rank * kHalf, w.tile.kv_head, w.tile.batch,
+                              static_cast<uint16_t>(0x3));
+    }
+  }
+
+  /// Loads the tile's Q and arms q_full with its bytes. Without pack_gqa: block_m rows of one head (4-D map). With
+  /// pack_gqa: a 5-D box {128 bytes, head_group, pack_rows} of the map {d, head_group, seqlen, num_heads_kv, batch}
+  /// per column block, whose rows land in the order r = query * head_group + g (seqlen.cuh: RowMap); the rows past
+  /// pack_rows * head_group are left as they are (never stored).
+  static __device__ __forceinline__ void load_q(const Smem& sm, const TmaDesc* tm_q, const TileWork& w,
+                                                const Params& p) {
+    constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
+    constexpr int kColBlocks = (Cfg::kHeadDim + kBlockCols - 1) / kBlockCols;
+    const int row = w.seq.q_row0 + w.q_first;
+    if constexpr (Cfg::kPackGqa) {
+      mbarrier_arrive_expect_tx(sm.q_full(), kColBlocks * kRowBytes * p.pack_rows * p.head_group);
+#pragma unroll
+      for (int j = 0; j < kColBlocks; ++j)
+        tma_load_5d(sm.q() + j * Cfg::kBlockM * kRowBytes, tm_q, sm.q_full(), kBlockCols * j, 0, row, w.tile.kv_head,
+                    w.seq.q_batch);
+    } else {
+      mbarrier_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
+      load_tile<Cfg::kBlockM, Cfg::kHeadDim>(sm.q(), tm_q, sm.q_full(), row, w.tile.head, w.seq.q_batch);
     }
   }
 
@@ -118,22 +162,17 @@ struct Mainloop {
   }
 
   /// Producer: one thread. Q once, then K and V of every visited block, last block first.
-  static __device__ __forceinline__ void produce(const Smem& sm, const TmaDesc* tm_q, const TmaDesc* tm_k,
-                                                 const TmaDesc* tm_v, TileCoord tile, int kv_head, NBlockRange range) {
-    if (range.empty()) return;
-    mbarrier_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
-    load_tile<Cfg::kBlockM, Cfg::kHeadDim>(sm.q(), tm_q, sm.q_full(), tile.m_block * Cfg::kBlockM, tile.head,
-                                           tile.batch);
+  static __device__ __forceinline__ void produce(const Smem& sm, const Params& p, const TileWork& w) {
+    if (w.range.empty()) return;
+    load_q(sm, &p.tm_q, w, p);
     PipelineState<Cfg::kStages> pipe;
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+    for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
       mbarrier_wait(sm.k_empty(pipe.stage), pipe.phase ^ 1u);
       mbarrier_arrive_expect_tx(sm.k_full(pipe.stage), Smem::kKStageBytes);
-      load_kv_block<Cfg::kHeadDim>(sm.k(pipe.stage), tm_k, sm.k_full(pipe.stage), n_block * Cfg::kBlockN, kv_head,
-                                   tile.batch);
+      load_kv_block<Cfg::kHeadDim>(sm.k(pipe.stage), &p.tm_k, sm.k_full(pipe.stage), n_block, w, p);
       mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
       mbarrier_arrive_expect_tx(sm.v_full(pipe.stage), Smem::kVStageBytes);
-      load_kv_block<Cfg::kHeadDimV>(sm.v(pipe.stage), tm_v, sm.v_full(pipe.stage), n_block * Cfg::kBlockN, kv_head,
-                                    tile.batch);
+      load_kv_block<Cfg::kHeadDimV>(sm.v(pipe.stage), &p.tm_v, sm.v_full(pipe.stage), n_block, w, p);
       pipe.advance();
     }
   }
@@ -141,31 +180,24 @@ struct Mainloop {
   /// e4m3 producer: the whole warpgroup. Thread 0 streams Q once and K and V (into the V load stages) of every
   /// visited block, last block first; all four warps transpose each V load stage into a V stage one block behind
   /// the loads (device/transpose_v.cuh), so a block's transpose overlaps the next block's TMA.
-  static __device__ __forceinline__ void produce_transposing(const Smem& sm, const TmaDesc* tm_q, const TmaDesc* tm_k,
-                                                             const TmaDesc* tm_v, TileCoord tile, int kv_head,
-                                                             NBlockRange range) {
-    if (range.empty()) return;
+  static __device__ __forceinline__ void produce_transposing(const Smem& sm, const Params& p, const TileWork& w) {
+    if (w.range.empty()) return;
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
-    if (tid == 0) {
-      mbarrier_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
-      load_tile<Cfg::kBlockM, Cfg::kHeadDim>(sm.q(), tm_q, sm.q_full(), tile.m_block * Cfg::kBlockM, tile.head,
-                                             tile.batch);
-    }
+    if (tid == 0) load_q(sm, &p.tm_q, w, p);
     PipelineState<Cfg::kStages> load_pipe, transpose_pipe;
-    for (int n_block = range.n_block_max - 1; n_block >= range.n_block_min; --n_block) {
+    for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
       if (tid == 0) {
         mbarrier_wait(sm.k_empty(load_pipe.stage), load_pipe.phase ^ 1u);
         mbarrier_arrive_expect_tx(sm.k_full(load_pipe.stage), Smem::kKStageBytes);
-        load_kv_block<Cfg::kHeadDim>(sm.k(load_pipe.stage), tm_k, sm.k_full(load_pipe.stage),
-                                     n_block * Cfg::kBlockN, kv_head, tile.batch);
+        load_kv_block<Cfg::kHeadDim>(sm.k(load_pipe.stage), &p.tm_k, sm.k_full(load_pipe.stage), n_block, w, p);
         mbarrier_wait(sm.v_load_empty(load_pipe.stage), load_pipe.phase ^ 1u);
         mbarrier_arrive_expect_tx(sm.v_load_full(load_pipe.stage), Smem::kVLoadStageBytes);
-        load_kv_block<Cfg::kHeadDimV>(sm.v_load(load_pipe.stage), tm_v, sm.v_load_full(load_pipe.stage),
-                                      n_block * Cfg::kBlockN, kv_head, tile.batch);
+        load_kv_block<Cfg::kHeadDimV>(sm.v_load(load_pipe.stage), &p.tm_v, sm.v_load_full(load_pipe.stage), n_block,
+                                      w, p);
       }
       __syncwarp();
-      if (n_block != range.n_block_max - 1) {
+      if (n_block != w.range.n_block_max - 1) {
         transpose_stage(sm, transpose_pipe, warp, lane);
         transpose_pipe.advance();
       }
@@ -253,17 +285,16 @@ struct Mainloop {
   }
 
   /// One score block through the variant and the online softmax: transform, mask, exponentiate. kMaybeMasked:
-  /// the block may need the mask (checked at run time); false for the blocks of the mask-free loop, whose code
-  /// then holds no mask instruction at all. row0: the global query row of the thread's row half 0
-  /// (hopper/fragment.cuh). o_scale receives the factor for the rows of O.
+  /// the block may need the mask (checked at run time against w.first_masked); false for the blocks of the
+  /// mask-free loop, whose code then holds no mask instruction at all. query[h]: the query index of the thread's
+  /// row half h (seqlen.cuh: RowMap). o_scale receives the factor for the rows of O.
   template <bool kMaybeMasked>
-  static __device__ __forceinline__ void softmax_step(float (&s)[ScoreFrag::kRegs], int n_block, TileCoord tile,
-                                                      int row0, const Params& params, const Descale<Cfg>& descale,
+  static __device__ __forceinline__ void softmax_step(float (&s)[ScoreFrag::kRegs], int n_block, const TileWork& w,
+                                                      const int (&query)[2], const Descale<Cfg>& descale,
                                                       Softmax& softmax, float (&o_scale)[2]) {
     Variant::transform_scores(s);
     if constexpr (kMaybeMasked) {
-      if (Variant::needs_mask(n_block, tile.m_block, params.seqlen_q, params.seqlen_k))
-        Variant::apply_mask(s, n_block, row0, params.seqlen_q, params.seqlen_k);
+      if (n_block >= w.first_masked) Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k);
     }
     softmax.update(s, descale.block_scale_log2(n_block), o_scale);
   }
@@ -290,20 +321,22 @@ struct Mainloop {
 
   /// Consumer warpgroup `wg` (0-based): runs the whole KV loop for its 64 rows; O and the softmax state
   /// stay in registers for the epilogue.
-  static __device__ __forceinline__ void consume(const Smem& sm, int wg, TileCoord tile, NBlockRange range,
-                                                 const Params& params, const Descale<Cfg>& descale,
-                                                 float (&o)[OutFrag::kRegs], Softmax& softmax) {
-    if (range.empty()) return;
-    const int row0 = ScoreFrag::row_base(tile.m_block * Cfg::kBlockM + wg * 64);  // global query row of row half 0
+  static __device__ __forceinline__ void consume(const Smem& sm, int wg, const TileWork& w, const Params& params,
+                                                 const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
+                                                 Softmax& softmax) {
+    if (w.range.empty()) return;
+    const RowMap<Cfg> rows = RowMap<Cfg>::make(params, w.tile);
+    const int r0 = ScoreFrag::row_base(wg * 64);  // tile row of the thread's row half 0
+    const int query[2] = {rows.query(ScoreFrag::row(0, r0)), rows.query(ScoreFrag::row(1, r0))};
     const uint32_t q_rows = sm.q() + wg * 64 * kRowBytes;
     if constexpr (Cfg::kPingpong) {
       if (wg == 0) named_barrier_arrive(kBarrierSchedulerBase + 0, 256);  // warpgroup 0 takes the first turn
     }
     mbarrier_wait(sm.q_full(), 0);
     if constexpr (Cfg::kIntraWgOverlap) {
-      consume_overlapped(sm, tile, range, params, descale, o, softmax, row0, q_rows, wg);
+      consume_overlapped(sm, w, descale, o, softmax, query, q_rows, wg);
     } else {
-      consume_sequential(sm, tile, range, params, descale, o, softmax, row0, q_rows, wg);
+      consume_sequential(sm, w, descale, o, softmax, query, q_rows, wg);
     }
   }
 
@@ -332,24 +365,23 @@ struct Mainloop {
 
   /// Per block: S = Q.K^T, wait, softmax, O += P.V, wait (FA2 order; GEMMs and softmax serialised
   /// inside the warpgroup).
-  static __device__ __forceinline__ void consume_sequential(const Smem& sm, TileCoord tile, NBlockRange range,
-                                                            const Params& params, const Descale<Cfg>& descale,
-                                                            float (&o)[OutFrag::kRegs], Softmax& softmax, int row0,
-                                                            uint32_t q_rows, int wg) {
+  static __device__ __forceinline__ void consume_sequential(const Smem& sm, const TileWork& w,
+                                                            const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
+                                                            Softmax& softmax, const int (&query)[2], uint32_t q_rows,
+                                                            int wg) {
     PipelineState<Cfg::kStages> pipe;
-    const int first_masked = Variant::first_masked_block(tile.m_block, params.seqlen_q, params.seqlen_k);
-    int n_block = range.n_block_max - 1;
-    for (; n_block >= max(first_masked, range.n_block_min); --n_block)
-      sequential_step<true>(sm, tile, params, descale, o, softmax, row0, q_rows, n_block, pipe);
-    for (; n_block >= range.n_block_min; --n_block)
-      sequential_step<false>(sm, tile, params, descale, o, softmax, row0, q_rows, n_block, pipe);
+    int n_block = w.range.n_block_max - 1;
+    for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
+      sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+    for (; n_block >= w.range.n_block_min; --n_block)
+      sequential_step<false>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
   }
 
   template <bool kMaybeMasked>
-  static __device__ __forceinline__ void sequential_step(const Smem& sm, TileCoord tile, const Params& params,
+  static __device__ __forceinline__ void sequential_step(const Smem& sm, const TileWork& w,
                                                          const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
-                                                         Softmax& softmax, int row0, uint32_t q_rows, int n_block,
-                                                         PipelineState<Cfg::kStages>& pipe) {
+                                                         Softmax& softmax, const int (&query)[2], uint32_t q_rows,
+                                                         int n_block, PipelineState<Cfg::kStages>& pipe) {
     const int lane = threadIdx.x % 32;
     float s[ScoreFrag::kRegs];
     mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
@@ -360,7 +392,7 @@ struct Mainloop {
     if (lane == 0) release(sm.k_empty(pipe.stage));
 
     float o_scale[2];
-    softmax_step<kMaybeMasked>(s, n_block, tile, row0, params, descale, softmax, o_scale);
+    softmax_step<kMaybeMasked>(s, n_block, w, query, descale, softmax, o_scale);
     rescale_o(o, o_scale);
     uint32_t p[kPRegs];
     convert_p(s, p);
@@ -375,10 +407,10 @@ struct Mainloop {
   /// S_j = Q.K_j^T and O += P_{j-1}.V_{j-1} back to back, waits only for S_j, and runs the softmax of S_j
   /// while the P.V GEMM is still in flight; O is rescaled once that GEMM has completed. With two-level
   /// accumulation the P.V GEMM writes a fresh accumulator, added into O as O = (O + acc) * o_scale.
-  static __device__ __forceinline__ void consume_overlapped(const Smem& sm, TileCoord tile, NBlockRange range,
-                                                            const Params& params, const Descale<Cfg>& descale,
-                                                            float (&o)[OutFrag::kRegs], Softmax& softmax, int row0,
-                                                            uint32_t q_rows, int wg) {
+  static __device__ __forceinline__ void consume_overlapped(const Smem& sm, const TileWork& w,
+                                                            const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
+                                                            Softmax& softmax, const int (&query)[2], uint32_t q_rows,
+                                                            int wg) {
     static_assert(!Cfg::kTwoLevelAccum || kPvChunks == 1, "the overlapped schedule takes P.V in one pass");
     const int lane = threadIdx.x % 32;
     PipelineState<Cfg::kStages> pipe;
@@ -395,18 +427,17 @@ struct Mainloop {
       fence_operands(s);
       if (lane == 0) release(sm.k_empty(pipe.stage));
       float o_scale[2];
-      softmax_step<true>(s, range.n_block_max - 1, tile, row0, params, descale, softmax, o_scale);
+      softmax_step<true>(s, w.range.n_block_max - 1, w, query, descale, softmax, o_scale);
       convert_p(s, p);
     }
     PipelineState<Cfg::kStages> v_pipe = pipe;  // V of the block whose P is pending
     pipe.advance();
     // The blocks that may need the mask come first (last block first); the rest run a loop without mask code.
-    const int first_masked = Variant::first_masked_block(tile.m_block, params.seqlen_q, params.seqlen_k);
-    int n_block = range.n_block_max - 2;
-    for (; n_block >= max(first_masked, range.n_block_min); --n_block)
-      overlapped_step<true>(sm, tile, params, descale, o, softmax, row0, q_rows, wg, n_block, pipe, v_pipe, p, acc);
-    for (; n_block >= range.n_block_min; --n_block)
-      overlapped_step<false>(sm, tile, params, descale, o, softmax, row0, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+    int n_block = w.range.n_block_max - 2;
+    for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
+      overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+    for (; n_block >= w.range.n_block_min; --n_block)
+      overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
     // last P.V
     mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
     gemm_turn_begin(wg);
@@ -432,9 +463,9 @@ struct Mainloop {
   /// One step j of the overlapped schedule: S_j = Q.K_j^T and O (+)= P_{j-1}.V_{j-1} issued together, the softmax
   /// of S_j under the P.V GEMM, then O rescaled (or the fresh accumulator added) and P_j packed.
   template <bool kMaybeMasked>
-  static __device__ __forceinline__ void overlapped_step(const Smem& sm, TileCoord tile, const Params& params,
+  static __device__ __forceinline__ void overlapped_step(const Smem& sm, const TileWork& w,
                                                          const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
-                                                         Softmax& softmax, int row0, uint32_t q_rows, int wg,
+                                                         Softmax& softmax, const int (&query)[2], uint32_t q_rows, int wg,
                                                          int n_block, PipelineState<Cfg::kStages>& pipe,
                                                          PipelineState<Cfg::kStages>& v_pipe, uint32_t (&p)[kPRegs],
                                                          float (&acc)[kAccRegs]) {
@@ -455,7 +486,7 @@ struct Mainloop {
     fence_operands(s);
     if (lane == 0) release(sm.k_empty(pipe.stage));
     float o_scale[2];
-    softmax_step<kMaybeMasked>(s, n_block, tile, row0, params, descale, softmax, o_scale);
+    softmax_step<kMaybeMasked>(s, n_block, w, query, descale, softmax, o_scale);
     wgmma_wait<0>();
     fence_operands(p);
     if (lane == 0) release(sm.v_empty(v_pipe.stage));

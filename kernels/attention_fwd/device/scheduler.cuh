@@ -6,8 +6,8 @@
 //    time-first order, which fills the tail of the grid with short tiles (FA3's LPT scheduler with L2
 //    sections, docs/kernel-design.md §6).
 // This is the device half. The host half, kernels/attention_fwd/scheduler.{h,cpp} (schedule_tiles), sizes the
-// grid (num_m_blocks * num_heads * batch CTAs) and picks section_heads for L2; tile_for must map exactly those
-// indices onto the tiles, so a new order (or split-KV) changes both halves together.
+// grid (num_splits * num_m_blocks * heads * batch CTAs; heads = num_heads_kv with pack_gqa) and picks section_heads
+// for L2; tile_for must map exactly those indices onto the tiles, so a new order changes both halves together.
 #pragma once
 
 #include "hopper/types.cuh"
@@ -17,16 +17,29 @@ namespace fa3jit::attention_fwd {
 
 struct TileCoord {
   int m_block;
-  int head;
+  int head;     // query head; with pack_gqa the tile's rows hold several: then head = kv_head * head_group
+  int kv_head;
   int batch;
+  int split;    // key range of a split-KV call (0 without)
 };
 
-template <bool kCausal>
+/// Tile of CTA `linear`. Tiles of one split come together (split outermost); inside a split, the order above over
+/// (m_block, head, batch), where "head" is the KV head with pack_gqa (its M tile holds the whole group).
+template <class Cfg>
 __device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
   const int num_m = p.num_m_blocks;
+  const int heads = Cfg::kPackGqa ? p.num_heads_kv : p.num_heads;
+  TileCoord t;
+  if constexpr (Cfg::kSplitKv) {
+    const int per_split = num_m * heads * p.batch;
+    t.split = linear / per_split;
+    linear -= t.split * per_split;
+  } else {
+    t.split = 0;
+  }
   int m_block, head_batch;
-  if constexpr (kCausal) {
-    const int pairs = p.num_heads * p.batch;
+  if constexpr (Cfg::kCausal) {
+    const int pairs = heads * p.batch;
     const int per_section = p.section_heads * num_m;
     const int section = linear / per_section;
     const int r = linear - section * per_section;
@@ -39,10 +52,16 @@ __device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
     head_batch = linear / num_m;
     m_block = linear - head_batch * num_m;
   }
-  TileCoord t;
   t.m_block = m_block;
-  t.batch = head_batch / p.num_heads;
-  t.head = head_batch - t.batch * p.num_heads;
+  t.batch = head_batch / heads;
+  const int h = head_batch - t.batch * heads;
+  if constexpr (Cfg::kPackGqa) {
+    t.kv_head = h;
+    t.head = h * p.head_group;
+  } else {
+    t.head = h;
+    t.kv_head = h / p.head_group;
+  }
   return t;
 }
 

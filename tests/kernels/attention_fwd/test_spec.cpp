@@ -349,7 +349,8 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"bf16","pingpong":true,"quant":"none","stages":2,"tile":{"block_m":128,"block_n":176}})");
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"bf16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","split_kv":false,"stages":2,)"
+        R"("tile":{"block_m":128,"block_n":176},"varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
   CHECK(af::canonical_string(d) == key);
@@ -358,10 +359,12 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"fp16","pingpong":true,"quant":"none","stages":2,"tile":{"block_m":128,"block_n":176}})");
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"fp16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","split_kv":false,"stages":2,)"
+        R"("tile":{"block_m":128,"block_n":176},"varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"bf16","pingpong":true,"quant":"none","stages":2,"tile":{"block_m":192,"block_n":128}})");
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"bf16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","split_kv":false,"stages":2,)"
+        R"("tile":{"block_m":192,"block_n":128},"varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}})")) ==
@@ -762,4 +765,35 @@ TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the de
   CHECK_THROWS_AS(af::make_kernel_config(bad), fa3jit::Error);
   // The round trip keeps the knob.
   CHECK(af::parse_spec(af::canonical_json(two)) == two);
+}
+
+TEST_CASE("serving layout fields: defaults, combinations and their messages", "[spec]") {
+  const Spec d = parse(R"({"dtype": "bf16", "head_dim": 128, "varlen_q": true, "paged_kv": true, "pack_gqa": true,
+      "split_kv": true})");
+  CHECK(d.varlen_q);
+  CHECK(d.paged_kv);
+  CHECK(d.pack_gqa);
+  CHECK(d.split_kv);
+  CHECK_FALSE(d.varlen_k);
+  CHECK(d.cluster_m == 1);
+  CHECK(af::name_token(d) == "bf16_d128_full_varlen_paged_packgqa_split");
+  CHECK_THAT(af::spec_summary(d), Contains("paged pack_gqa split"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "varlen_k": true, "paged_kv": true})"),
+                    Contains("\"paged_kv\" and \"varlen_k\" are both true"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "split_kv": true, "cluster_m": 2})"),
+                    Contains("\"cluster_m\": 2 is not allowed with varlen_q"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "quant": "per_block", "pack_gqa": true})"),
+                    Contains("\"pack_gqa\": true is not allowed with quant \"per_block\""));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "quant": "per_block", "varlen_q": true})"),
+                    Contains("\"per_block\" is not allowed with varlen_q"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "split_kv": 1})"), Contains("split_kv"));
+  // The decode tile: one consumer warpgroup of 64 rows.
+  af::Layout decode;
+  decode.pack_gqa = decode.split_kv = decode.short_q = true;
+  const Spec t = af::default_spec(DType::kBf16, DType::kBf16, af::Quant::kNone, 128, 128, false, decode);
+  CHECK(t.block_m == 64);
+  CHECK(t.consumer_warpgroups == 1);
+  CHECK_FALSE(t.pingpong);
+  CHECK(t.pack_gqa);
+  CHECK(t.split_kv);
 }
