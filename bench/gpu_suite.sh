@@ -4,12 +4,12 @@
 # and a before/after comparison of every config against another build. Prints a short summary per stage;
 # full logs go to OUT_DIR.
 # Usage (on the GPU machine, from the repository root, with a build in ./build):
-#   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench|fp8|host|compare]...   (default: all but compare)
+#   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench|decode|fp8|host|compare]...   (default: all but compare)
 # Environment: BEFORE_DIR (for compare: a directory holding an older `fa3jit` CLI and its libfa3jit.so),
 # FA3_SITE (a directory on which `import fa3_fwd_interface` works, for FA3 as a peer).
 set -uo pipefail
 out=${1:?usage: bench/gpu_suite.sh OUT_DIR [tests|tune|bench]...}; shift
-stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench fp8 host)
+stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench decode fp8 host)
 mkdir -p "$out"
 export FA3JIT_CACHE_DIR=${FA3JIT_CACHE_DIR:-/tmp/fa3jit-device-cache}
 export FA3JIT_LIBRARY=$PWD/build/libfa3jit.so PYTHONPATH=$PWD/tools/python${FA3_SITE:+:$FA3_SITE}${PYTHONPATH:+:$PYTHONPATH}
@@ -31,8 +31,8 @@ for stage in "${stages[@]}"; do
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$out/$tool.log" | tr '\n' ' ')"
       done ;;
     tests)
-      timeout 500 build/fa3jit_tests "[gpu]" > "$out/gpu_tests.log" 2>&1
-      echo "gpu tests rc=$?: $(grep -E '^(e4m3 )?forward matrix' "$out/gpu_tests.log" | tr '\n' ' ') | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
+      timeout 700 build/fa3jit_tests "[gpu]" > "$out/gpu_tests.log" 2>&1
+      echo "gpu tests rc=$?: $(grep -E '^(e4m3 )?forward matrix|batches passed|bit for bit' "$out/gpu_tests.log" | tr '\n' ' ') | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
     tune)
       for s in ${TUNE_SWEEPS:-configs/sweeps/*.json}; do
         timeout 300 build/fa3jit tune "$s" > "$out/tune_$(basename "$s" .json).log" 2>&1
@@ -41,6 +41,10 @@ for stage in "${stages[@]}"; do
     bench)
       timeout 500 python3 bench/bench_fwd.py --out-dir "$out" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1
       echo "bench rc=$?"; grep -E "^\|" "$out/bench.log" | head -80 ;;
+    decode)
+      # Decode-step K/V bandwidth: fa3jit contiguous and paged beside FA3 and cuDNN, and the host cost per call.
+      timeout 400 python3 bench/bench_decode.py --out-dir "$out" ${FA3_SITE:+--fa3-site "$FA3_SITE"} > "$out/bench_decode.log" 2>&1
+      echo "decode bench rc=$?"; grep -E "^\||geometric|host cost|MISMATCH" "$out/bench_decode.log" | head -20 ;;
     fp8)
       # FP8 beside FA3 fp8 and cuDNN bf16, the accuracy ablation and long-context sweep, the pre-pass bandwidth.
       timeout 300 python3 bench/bench_fwd.py --dtype e4m3 --out-dir "$out" ${FA3_SITE:+--fa3-site "$FA3_SITE"} > "$out/bench_fp8.log" 2>&1

@@ -7,6 +7,7 @@
 // pointers); shapes, strides, alignment and spec/argument agreement are checked by the family's launch path.
 #include "fa3jit/fa3jit.h"
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -113,18 +114,25 @@ fa3jit_status guarded(const char* function, Body&& body) noexcept {
 
 [[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 
+// The size of an older header's struct, which ended there: its caller knows only the fields before it.
+struct OlderSize {
+  size_t size;
+  const char* what;  // e.g. "the struct before its e4m3 fields"
+};
+
 // Accepts struct_size == sizeof (this header), larger sizes whose extra bytes are all zero (a newer header
-// whose new fields are left at their defaults), `older_size` when non-zero (the size of an older header whose
-// struct ended there: the caller knows only the fields before it), and rejects other smaller sizes.
-template <class T>
-void check_struct_size(const T* value, const char* name, bool check_extra_bytes, size_t older_size = 0) {
+// whose new fields are left at their defaults), the sizes of `older` headers, and rejects other smaller sizes.
+template <class T, size_t N = 0>
+void check_struct_size(const T* value, const char* name, bool check_extra_bytes,
+                       const std::array<OlderSize, N>& older = {}) {
   const size_t size = value->struct_size;
-  if (older_size != 0 && size == older_size) return;
+  for (const OlderSize& o : older)
+    if (size == o.size) return;
   if (size < sizeof(T) || size > kMaxStructSize) {
-    const std::string older = older_size != 0 ? fmt::format(" or {} (the struct before its e4m3 fields)", older_size)
-                                              : std::string();
+    std::string sizes;
+    for (const OlderSize& o : older) sizes += fmt::format(" or {} ({})", o.size, o.what);
     invalid(fmt::format("{}.struct_size is {}; expected sizeof({}) = {}{} (ABI version {}); was it set?", name, size,
-                        name, sizeof(T), older, FA3JIT_ABI_VERSION));
+                        name, sizeof(T), sizes, FA3JIT_ABI_VERSION));
   }
   if (!check_extra_bytes) return;
   const auto* bytes = reinterpret_cast<const unsigned char*>(value);
@@ -149,9 +157,15 @@ void check_kernel(const fa3jit_kernel* kernel, const char* function) {
     invalid(fmt::format("{}: kernel is not a live fa3jit_kernel (destroyed, or not one)", function));
 }
 
-// fa3jit_forward_params as its caller's header laid it out before the e4m3 fields: those callers send this many
-// bytes, and their calls read as 16-bit calls with the new fields at their defaults.
+// fa3jit_forward_params as older headers laid it out: before the e4m3 fields, and before the serving fields.
+// Those callers send that many bytes; the fields they do not know take the defaults of
+// fa3jit_forward_params_init, which are what their calls meant (16-bit, no serving layout, no split).
 constexpr size_t kForwardParamsSizeBeforeE4m3 = offsetof(fa3jit_forward_params, out_dtype);
+constexpr size_t kForwardParamsSizeBeforeServing = offsetof(fa3jit_forward_params, cu_seqlens_q);
+constexpr std::array<OlderSize, 2> kOlderForwardParams{{
+    {kForwardParamsSizeBeforeE4m3, "the struct before its e4m3 fields"},
+    {kForwardParamsSizeBeforeServing, "the struct before its serving fields"},
+}};
 
 // field: "dtype" or "out_dtype" (which also takes FA3JIT_DTYPE_DEFAULT, handled by the caller).
 fa3jit::DType to_dtype(int32_t value, const char* field, bool default_allowed = false) {
@@ -194,15 +208,25 @@ void copy_string(char (&destination)[N], const std::string& source, const char* 
   std::memcpy(destination, source.c_str(), source.size() + 1);
 }
 
-// The caller's params as this header's struct: an older caller's bytes (kForwardParamsSizeBeforeE4m3) and the
-// defaults of the fields it does not know. Reads no byte past the caller's struct_size.
+// The caller's params as this header's struct: an older caller's bytes (kOlderForwardParams) and the defaults of
+// the fields it does not know. Reads no byte past the caller's struct_size.
 fa3jit_forward_params current_params(const fa3jit_forward_params& caller) {
-  check_struct_size(&caller, "fa3jit_forward_params", true, kForwardParamsSizeBeforeE4m3);
+  check_struct_size(&caller, "fa3jit_forward_params", true, kOlderForwardParams);
   if (caller.struct_size >= sizeof(fa3jit_forward_params)) return caller;
   fa3jit_forward_params params;
   fa3jit_forward_params_init(&params);
-  std::memcpy(&params, &caller, kForwardParamsSizeBeforeE4m3);
+  std::memcpy(&params, &caller, caller.struct_size);  // one of kOlderForwardParams' sizes
+  params.struct_size = sizeof(params);
   return params;
+}
+
+// The two enum-like serving fields, range-checked as C integers (the launch path takes them as they are).
+void check_serving_options(const fa3jit_forward_params& params) {
+  if (params.num_splits < 0 || params.num_splits > fa3jit::attention_fwd::kMaxSplits)
+    invalid(fmt::format("params.num_splits is {}; expected 0 (the heuristic), 1 (no split) or a count up to {}",
+                        params.num_splits, fa3jit::attention_fwd::kMaxSplits));
+  if (params.pack_gqa < -1 || params.pack_gqa > 1)
+    invalid(fmt::format("params.pack_gqa is {}; expected -1 (the heuristic), 0 (off) or 1 (on)", params.pack_gqa));
 }
 
 fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) {
@@ -235,6 +259,20 @@ fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) 
   args.causal = params.causal != 0;
   args.workspace = params.workspace;
   args.workspace_bytes = params.workspace_bytes;
+  // Serving layouts: passed through; their shapes and combinations are checked by the launch path.
+  check_serving_options(params);
+  args.cu_seqlens_q = params.cu_seqlens_q;
+  args.max_seqlen_q = params.max_seqlen_q;
+  args.cu_seqlens_k = params.cu_seqlens_k;
+  args.max_seqlen_k = params.max_seqlen_k;
+  args.seqused_k = params.seqused_k;
+  args.page_table = params.page_table;
+  args.page_table_stride = params.page_table_stride;
+  args.max_pages = params.max_pages;
+  args.num_pages = params.num_pages;
+  args.page_size = params.page_size;
+  args.num_splits = params.num_splits;
+  args.pack_gqa = params.pack_gqa;
   return args;
 }
 
@@ -377,17 +415,11 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
   return guarded("fa3jit_attention_workspace_size", [&] {
     check_runtime(runtime, "fa3jit_attention_workspace_size");
     if (params == nullptr || bytes == nullptr) invalid("fa3jit_attention_workspace_size: params or bytes is NULL");
-    // Only shape fields are read, all of them before the e4m3 fields: an older caller's struct is read as is.
-    check_struct_size(params, "fa3jit_forward_params", true, kForwardParamsSizeBeforeE4m3);
-    fa3jit::attention_fwd::ForwardArgs args;
-    args.batch = params->batch;
-    args.seqlen_q = params->seqlen_q;
-    args.seqlen_k = params->seqlen_k;
-    args.num_heads = params->num_heads;
-    args.num_heads_kv = params->num_heads_kv;
-    args.head_dim = params->head_dim;
-    args.head_dim_v = params->head_dim_v;
-    *bytes = fa3jit::attention_fwd::workspace_size(args);
+    const fa3jit_forward_params current = current_params(*params);
+    check_serving_options(current);
+    // Without a split nothing else is read (workspace_size's contract: 0 without a KV split), so that sizing the
+    // workspace of such a call needs no tensors and no driver, as before the serving fields.
+    *bytes = current.num_splits == 1 ? 0 : fa3jit::attention_fwd::workspace_size(to_args(current));
   });
 }
 

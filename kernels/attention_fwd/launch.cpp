@@ -60,6 +60,11 @@ void check_serving_shape(const ForwardArgs& a, CallShape& s) {
       bad_argument(fmt::format("argument max_seqlen_q = {} is out of range; with cu_seqlens_q it bounds every "
                                "sequence's query length, expected an integer in [0, {}]",
                                a.max_seqlen_q, kMaxSeqlen));
+    if (s.seqlen_q > 0 && a.max_seqlen_q < 1)
+      bad_argument(fmt::format("argument max_seqlen_q = {} is not allowed with cu_seqlens_q and {} query rows; it "
+                               "bounds every sequence's query length (rows past it are not computed), expected an "
+                               "integer in [1, {}]",
+                               a.max_seqlen_q, s.seqlen_q, kMaxSeqlen));
     s.max_seqlen_q = std::min(a.max_seqlen_q, s.seqlen_q);
   } else {
     s.seqlen_q = checked_extent(a.seqlen_q, "seqlen_q", kMaxSeqlen);
@@ -309,8 +314,10 @@ double tile_efficiency(int64_t rows, int block_m) {
 // pack_gqa when the call leaves it to us: when packing the group into the M tile fills it clearly better (decode,
 // short chunks, speculative-decode verification), never past 64 heads per KV head (one 64-row tile must hold the
 // group) or with per-block q descales (a packed tile holds several heads). FA3: should_pack_gqa.
+// Packing is kept to query tiles of at most 128 packed rows (decode, speculative verification), where it is
+// measured (bench/NOTES.md); a prefill keeps the TMA-stored prefill kernel.
 bool pack_gqa_heuristic(const CallShape& s, Quant quant) {
-  if (s.group <= 1 || s.group > 64 || quant == Quant::kPerBlock) return false;
+  if (s.group <= 1 || s.group > 64 || quant == Quant::kPerBlock || s.max_seqlen_q * s.group > 128) return false;
   return tile_efficiency(s.max_seqlen_q, 128) < 0.9 * tile_efficiency(s.max_seqlen_q * s.group, 128);
 }
 
@@ -323,7 +330,10 @@ Layout base_layout(const ForwardArgs& a, const CallShape& s) {
   l.pack_gqa = a.pack_gqa == -1 ? pack_gqa_heuristic(s, a.quant) : a.pack_gqa == 1;
   // Per-block descales are laid out by the prefill tile (fa3jit_attention_quant_blocks), which must not change
   // with the call's length.
-  l.short_q = a.quant != Quant::kPerBlock && (l.pack_gqa ? s.max_seqlen_q * s.group : s.max_seqlen_q) <= 64;
+  // With varlen_q the tile must not depend on max_seqlen_q, so that a sequence's output does not depend on the
+  // batch it came in (num_splits 1): the decode tile is for dense q (flash_attn_with_kvcache's decode steps).
+  l.short_q = !s.varlen_q && a.quant != Quant::kPerBlock &&
+              (l.pack_gqa ? s.max_seqlen_q * s.group : s.max_seqlen_q) <= 64;
   return l;
 }
 
@@ -455,6 +465,7 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
   plan.grid = static_cast<unsigned>(sched.num_tiles);
   Params& p = plan.params;
+  std::memset(&p, 0, sizeof(p));  // padding and the fields a kernel does not use (tm_o of a self-storing epilogue)
   p.tm_q = make_tensor_map(a.q, q_shape, type, s.elem_bytes, static_cast<int>(sched.pack_rows),
                            spec.pack_gqa ? s.group : 0);
   // With a cluster each CTA loads half of every K/V block and multicasts it (device/mainloop.cuh); a page is loaded

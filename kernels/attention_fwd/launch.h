@@ -85,8 +85,9 @@ struct ForwardArgs {
   int64_t page_size = 0;  // a multiple of 8 (TMA boxes of gcd(page_size, block_n) rows); others: kUnsupported
   /// Split-KV (FlashDecoding): each row block's keys are cut into num_splits ranges run by separate CTAs, whose
   /// fp32 partial outputs and LSEs go to `workspace` and are merged by the attention_combine kernel on the same
-  /// stream. 0: the heuristic (num_splits_heuristic) decides; 1: no split; > 1: that many (at most kMaxSplits).
-  int num_splits = 0;
+  /// stream. 1 (the default, as FA3's flash_attn_func): no split, no workspace; 0: the heuristic
+  /// (num_splits_heuristic) decides; > 1: that many (at most kMaxSplits).
+  int num_splits = 1;
   /// GQA packing: the num_heads / num_heads_kv query heads of one KV head share an M tile (decode fills it with
   /// one token x the group). -1: the heuristic decides; 0 / 1: off / on.
   int pack_gqa = -1;

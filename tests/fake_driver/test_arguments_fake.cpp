@@ -287,8 +287,13 @@ TEST_CASE("a causal decode step runs the non-causal kernel", "[fake_driver][laun
   forward(runtime(), a, nullptr);
   REQUIRE(launch_count() == before + 1);
   const FakeCudaLaunch r = last_launch();
-  CHECK(std::string(r.kernel_name) == attention_fwd::kernel_name(default_spec(DType::kBf16, 128, 128, false)));
-  CHECK(std::string(r.kernel_name) != attention_fwd::kernel_name(default_spec(DType::kBf16, 128, 128, true)));
+  // The decode tile (decode_tile(): at most 64 query rows), without the causal mask.
+  Layout decode;
+  decode.short_q = true;
+  CHECK(std::string(r.kernel_name) ==
+        attention_fwd::kernel_name(default_spec(DType::kBf16, DType::kBf16, Quant::kNone, 128, 128, false, decode)));
+  CHECK(std::string(r.kernel_name) !=
+        attention_fwd::kernel_name(default_spec(DType::kBf16, DType::kBf16, Quant::kNone, 128, 128, true, decode)));
   CHECK(r.grid[0] == 1 * 4 * 3);
   CHECK(params_of(r).seqlen_q == 1);
   CHECK(params_of(r).seqlen_k == 500);
@@ -350,10 +355,11 @@ TEST_CASE("the parameter struct reaches the kernel as its one argument, as prepa
 
 TEST_CASE("the plan cache: one kernel per shape class, reused by later calls and other threads",
           "[fake_driver][plan]") {
-  ForwardArgs small = problem(1, 64, 64, 2, 2, 128);
+  // Query tiles of more than 64 rows: the prefill tile (up to 64 rows take the decode tile, decode_tile()).
+  ForwardArgs small = problem(1, 200, 64, 2, 2, 128);
   ForwardArgs large = problem(3, 700, 900, 8, 2, 128);  // same class (bf16, d128, non-causal): same kernel
-  ForwardArgs causal = problem(1, 64, 64, 2, 2, 128, /*causal=*/true);
-  ForwardArgs d64 = problem(1, 64, 64, 2, 2, 64);
+  ForwardArgs causal = problem(1, 200, 64, 2, 2, 128, /*causal=*/true);
+  ForwardArgs d64 = problem(1, 200, 64, 2, 2, 64);
   const LaunchPlan p1 = prepare_launch(runtime(), small, nullptr);
   const LaunchPlan p2 = prepare_launch(runtime(), large, nullptr);
   const LaunchPlan p3 = prepare_launch(runtime(), causal, nullptr);
@@ -374,7 +380,8 @@ TEST_CASE("the plan cache: one kernel per shape class, reused by later calls and
   CHECK(q1.launch.smem_bytes == p1.launch.smem_bytes);
   // A causal decode step (seqlen_q 1) is in the non-causal class.
   ForwardArgs decode = problem(1, 1, 64, 2, 2, 128, /*causal=*/true);
-  CHECK(prepare_launch(runtime(), decode, nullptr).function == p1.function);
+  ForwardArgs decode_full = problem(1, 1, 64, 2, 2, 128);
+  CHECK(prepare_launch(runtime(), decode, nullptr).function == prepare_launch(runtime(), decode_full, nullptr).function);
 }
 
 TEST_CASE("an explicit kernel must agree with the arguments", "[fake_driver][plan]") {

@@ -2,7 +2,9 @@
 // call through fa3jit_attention_forward reaches the kernel's Params with the caller's descale pointers and
 // strides and launches the e4m3 kernel of its quant; out-of-range enums are INVALID_ARGUMENT read as integers
 // (never loaded as the C enum); a caller of the header before these fields (the old struct_size) still makes
-// 16-bit calls. Kernels compile for real with NVRTC into a temporary cache; only the driver is fake.
+// 16-bit calls. Callers of the headers before the serving fields launch bit for bit as before, and the serving
+// enums (num_splits, pack_gqa) are range-checked as integers. Kernels compile for real with NVRTC into a
+// temporary cache; only the driver is fake.
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -286,6 +288,73 @@ TEST_CASE("C ABI: a caller of the header before the e4m3 fields makes 16-bit cal
   p.dtype = FA3JIT_DTYPE_BF16;
   p.struct_size = offsetof(fa3jit_forward_params, quant);
   expect_invalid(p, "struct_size is " + std::to_string(offsetof(fa3jit_forward_params, quant)));
+}
+
+TEST_CASE("C ABI: callers of the headers before the serving fields launch exactly as before",
+          "[fake_driver][capi][serving]") {
+  // A decode step with GQA 8:1 (the shape the split and packing heuristics act on), made with this header's
+  // defaults (fa3jit_forward_params_init: num_splits 1, pack_gqa 0, no index tensors) ...
+  fa3jit_forward_params p;
+  fa3jit_forward_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.causal = 1;
+  p.batch = 2, p.seqlen_q = 1, p.seqlen_k = 1000, p.num_heads = 8, p.num_heads_kv = 1, p.head_dim = 128;
+  p.q = tensor(2, 1, 8, 128, 2);
+  p.k = tensor(2, 1000, 1, 128, 2);
+  p.v = tensor(2, 1000, 1, 128, 2);
+  p.out = tensor(2, 1, 8, 128, 2);
+  CHECK(p.num_splits == 1);
+  CHECK(p.pack_gqa == 0);
+  int before = launch_count();
+  INFO(fa3jit_last_error());
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  REQUIRE(launch_count() == before + 1);
+  const FakeCudaLaunch current = last_launch();
+  size_t bytes = 1;
+  CHECK(fa3jit_attention_workspace_size(runtime(), &p, &bytes) == FA3JIT_OK);
+  CHECK(bytes == 0);
+
+  // ... and the same call from a caller whose struct ends before the serving fields (or before the e4m3 ones):
+  // the bytes past its struct_size are garbage it does not own, never read; the launch is bit-identical.
+  for (const size_t old_size :
+       {offsetof(fa3jit_forward_params, cu_seqlens_q), offsetof(fa3jit_forward_params, out_dtype)}) {
+    INFO("struct_size " << old_size);
+    fa3jit_forward_params old;
+    std::memset(&old, 0xab, sizeof(old));
+    std::memcpy(&old, &p, old_size);
+    old.struct_size = old_size;
+    before = launch_count();
+    REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &old, nullptr) == FA3JIT_OK);
+    REQUIRE(launch_count() == before + 1);
+    const FakeCudaLaunch r = last_launch();
+    CHECK(std::string(r.kernel_name) == current.kernel_name);
+    CHECK(std::memcmp(r.grid, current.grid, sizeof(r.grid)) == 0);
+    CHECK(r.shared_mem_bytes == current.shared_mem_bytes);
+    CHECK(std::memcmp(r.params, current.params, sizeof(Params)) == 0);
+    bytes = 1;
+    CHECK(fa3jit_attention_workspace_size(runtime(), &old, &bytes) == FA3JIT_OK);
+    CHECK(bytes == 0);
+  }
+}
+
+TEST_CASE("C ABI: out-of-range num_splits and pack_gqa are refused before launching", "[fake_driver][capi][serving]") {
+  fa3jit_forward_params p;
+  fa3jit_forward_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.batch = 1, p.seqlen_q = 64, p.seqlen_k = 64, p.num_heads = 2, p.num_heads_kv = 2, p.head_dim = 128;
+  p.q = tensor(1, 64, 2, 128, 2);
+  p.k = tensor(1, 64, 2, 128, 2);
+  p.v = tensor(1, 64, 2, 128, 2);
+  p.out = tensor(1, 64, 2, 128, 2);
+  for (const int32_t value : {-1, kMaxSplits + 1, INT32_MIN, INT32_MAX}) {
+    p.num_splits = value;
+    expect_invalid(p, "params.num_splits is " + std::to_string(value));
+  }
+  p.num_splits = 1;
+  for (const int32_t value : {-2, 2, INT32_MIN, INT32_MAX}) {
+    p.pack_gqa = value;
+    expect_invalid(p, "params.pack_gqa is " + std::to_string(value));
+  }
 }
 
 TEST_CASE("C ABI: fa3jit_attention_quant_blocks gives the tile of the e4m3 kernel", "[fake_driver][capi][fp8]") {

@@ -1,15 +1,18 @@
-// Shared by the GPU tests: whether a GPU is here, and one process-wide runtime (cache from the environment,
-// like a serving process). Problems come from testing/attention_problem.h.
+// Shared by the GPU tests: whether a GPU is here, one process-wide runtime (cache from the environment, like a
+// serving process), row sampling and the expected-error check. Problems come from testing/attention_problem.h
+// (dense) and testing/serving_problem.h (varlen, paged, split-KV).
 #pragma once
 
 #include <cstdio>
 #include <fstream>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "jit/driver.h"
 #include "kernels/attention_fwd/launch.h"
 #include "testing/attention_problem.h"
@@ -53,6 +56,18 @@ inline std::vector<RowIndex> rows_to_check(const ProblemShape& s, int block_m, i
   const int64_t rows = s.batch * s.num_heads * s.seqlen_q;
   if (rows * s.seqlen_k <= full_limit) return all_rows(s.batch, s.num_heads, s.seqlen_q);
   return sample_rows(s.batch, s.num_heads, s.seqlen_q, block_m, sampled, 7);
+}
+
+/// A forward call with `a` must throw Error(code) whose message contains `fragment` (the argument's name).
+inline void expect_forward_error(const attention_fwd::ForwardArgs& a, ErrorCode code, const std::string& fragment) {
+  try {
+    attention_fwd::forward(runtime(), a, nullptr);
+    FAIL("expected an error containing: " << fragment);
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == code);
+    CHECK(std::string(e.what()).find(fragment) != std::string::npos);
+  }
 }
 
 }  // namespace fa3jit::test

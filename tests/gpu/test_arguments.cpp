@@ -10,21 +10,6 @@ using namespace fa3jit;
 using namespace fa3jit::test;
 using namespace fa3jit::attention_fwd;
 
-namespace {
-
-void expect_error(const ForwardArgs& a, ErrorCode code, const std::string& fragment) {
-  try {
-    forward(runtime(), a, nullptr);
-    FAIL("expected an error containing: " << fragment);
-  } catch (const Error& e) {
-    INFO(e.what());
-    CHECK(e.code() == code);
-    CHECK(std::string(e.what()).find(fragment) != std::string::npos);
-  }
-}
-
-}  // namespace
-
 TEST_CASE("B4: bad pointers, strides and shapes are rejected with the argument's name", "[gpu][arguments]") {
   if (!have_gpu()) return;
   ProblemShape s{DType::kBf16, 2, 256, 256, 4, 2, 128, false};
@@ -32,54 +17,54 @@ TEST_CASE("B4: bad pointers, strides and shapes are rejected with the argument's
 
   ForwardArgs a = p.args();
   a.q.data = static_cast<char*>(a.q.data) + 2;  // one element off: 2-byte aligned only
-  expect_error(a, ErrorCode::kInvalidArgument, "q.data");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "q.data");
 
   a = p.args();
   a.k.stride_seq = 2 * 128 + 4;  // 520 bytes: not a multiple of 16
-  expect_error(a, ErrorCode::kInvalidArgument, "k.stride_seq");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "k.stride_seq");
 
   a = p.args();
   a.v.data = nullptr;
-  expect_error(a, ErrorCode::kInvalidArgument, "v.data is null");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "v.data is null");
 
   std::vector<uint16_t> host(1 << 20);
   a = p.args();
   a.out.data = host.data() + (16 - reinterpret_cast<uintptr_t>(host.data()) % 16) / 2;
-  expect_error(a, ErrorCode::kInvalidArgument, "out.data");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "out.data");
 
   a = p.args();
   a.seqlen_k = 4096;  // k/v buffers hold 256 rows
-  expect_error(a, ErrorCode::kInvalidArgument, "past its allocation");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "past its allocation");
 
   a = p.args();
   a.num_heads_kv = 3;
-  expect_error(a, ErrorCode::kInvalidArgument, "num_heads_kv");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "num_heads_kv");
 
   a = p.args();
   a.seqlen_q = 0;
-  expect_error(a, ErrorCode::kInvalidArgument, "seqlen_q");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "seqlen_q");
 
   a = p.args();
   a.out = a.k;  // the kernel would write K while other CTAs read it
   a.seqlen_k = s.seqlen_q;
-  expect_error(a, ErrorCode::kInvalidArgument, "argument out");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "argument out");
 
   a = p.args();
   a.out.stride_seq = 64;  // rows of 128 columns overlapping by half
-  expect_error(a, ErrorCode::kInvalidArgument, "overlap");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "overlap");
 
   a = p.args();
   a.softmax_scale = -0.125f;
-  expect_error(a, ErrorCode::kInvalidArgument, "softmax_scale");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "softmax_scale");
 
   testing::DeviceBuffer tiny_lse(64);
   a = p.args();
   a.lse = static_cast<float*>(tiny_lse.get());
-  expect_error(a, ErrorCode::kInvalidArgument, "lse");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "lse");
 
   a = p.args();
   a.head_dim_v = 64;
-  expect_error(a, ErrorCode::kUnsupported, "head_dim_v");
+  expect_forward_error(a, ErrorCode::kUnsupported, "head_dim_v");
 
   // After all the rejected calls the runtime and the context still work.
   p.run(runtime());
@@ -92,7 +77,7 @@ TEST_CASE("B5: an unsupported head_dim lists the supported ones", "[gpu][argumen
   AttentionProblem p(s, 1);
   ForwardArgs a = p.args();
   a.head_dim = a.head_dim_v = 80;
-  expect_error(a, ErrorCode::kInvalidArgument, "64, 128, 256");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "64, 128, 256");
 }
 
 TEST_CASE("a size-1 seqlen dimension may carry any stride (decode step from a DLPack producer)", "[gpu][arguments]") {

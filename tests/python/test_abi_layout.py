@@ -1,7 +1,7 @@
 """The ctypes structs of fa3jit._capi have the same size and field offsets as fa3jit.h compiled by C, and
-PARAMS_CALL_STRUCT and PARAMS_FP8_CALL_STRUCT (the struct-module images of the per-call fields of
-fa3jit_forward_params that flash_attn_func packs on every 16-bit and e4m3 call) lay out the same bytes as the C
-compiler.
+PARAMS_CALL_STRUCT, PARAMS_FP8_CALL_STRUCT and PARAMS_SERVING_CALL_STRUCT (the struct-module images of the
+per-call fields of fa3jit_forward_params that flash_attn_func packs on every 16-bit and e4m3 call, and the
+serving functions on theirs) lay out the same bytes as the C compiler.
 
 A mismatch would hand the library shifted fields (a stride read as a pointer), so it is checked against the
 real header with the C compiler rather than trusted."""
@@ -61,6 +61,22 @@ FP8_PARAMS_VALUES = (
         ("v_descale.data", 0x7F0000008000), ("v_descale.stride_batch", 0), ("v_descale.stride_head", 89))
 )
 
+# The same for PARAMS_SERVING_CALL_STRUCT: dtype to the end of the struct (16-bit: out_dtype DEFAULT, quant NONE,
+# descales NULL), with the workspace and every serving field set.
+SERVING_PARAMS_VALUES = (
+    PARAMS_VALUES + (
+        ("workspace", 0x7F0000009000), ("workspace_bytes", 97), ("out_dtype", -1), ("quant", 0),
+        ("q_descale.data", 0), ("q_descale.stride_batch", 0), ("q_descale.stride_head", 0),
+        ("k_descale.data", 0), ("k_descale.stride_batch", 0), ("k_descale.stride_head", 0),
+        ("v_descale.data", 0), ("v_descale.stride_batch", 0), ("v_descale.stride_head", 0),
+        ("cu_seqlens_q", 0x7F000000A000), ("max_seqlen_q", 101), ("cu_seqlens_k", 0x7F000000B000),
+        ("max_seqlen_k", 103), ("seqused_k", 0x7F000000C000), ("page_table", 0x7F000000D000),
+        ("page_table_stride", 107), ("max_pages", 109), ("num_pages", 113), ("page_size", 64),
+        ("num_splits", 3), ("pack_gqa", -1))
+)
+
+INDEX_POINTERS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "page_table")
+
 
 def _c_program():
     lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <fa3jit/fa3jit.h>", "int main(void) {",
@@ -76,11 +92,13 @@ def _c_program():
     for name in CONSTANTS:
         lines.append(f'  printf(",\\"{name}\\": %d", (int)({name}));')
     # The bytes of params structs filled field by field (padding zeroed as by fa3jit_forward_params_init).
-    for key, values in (("params_bytes", PARAMS_VALUES), ("fp8_params_bytes", FP8_PARAMS_VALUES)):
+    for key, values in (("params_bytes", PARAMS_VALUES), ("fp8_params_bytes", FP8_PARAMS_VALUES),
+                        ("serving_params_bytes", SERVING_PARAMS_VALUES)):
         lines += ["  {", "  fa3jit_forward_params p;", "  fa3jit_forward_params_init(&p);"]
         for field, value in values:
-            if field.endswith(".data") or field in ("lse", "workspace"):
-                cast = "(const float*)" if "descale" in field else "(void*)"
+            if field.endswith(".data") or field in ("lse", "workspace") + INDEX_POINTERS:
+                cast = ("(const float*)" if "descale" in field else
+                        "(const int32_t*)" if field in INDEX_POINTERS else "(void*)")
                 lines.append(f"  p.{field} = {cast}(uintptr_t){value:#x}ULL;")
             elif field in ("dtype", "out_dtype"):
                 lines.append(f"  p.{field} = (fa3jit_dtype){value};")
@@ -128,11 +146,25 @@ def _packed_fp8_params():
     return params
 
 
+def _packed_serving_params():
+    """A ForwardParams as fa3jit.serving fills it: one pack_into with the workspace fields 0, then the workspace
+    once its size is known."""
+    params = _capi.ForwardParams()
+    values = dict(SERVING_PARAMS_VALUES)
+    values.update(workspace=0, workspace_bytes=0)
+    _capi.PARAMS_SERVING_CALL_STRUCT.pack_into(params, _capi.PARAMS_CALL_OFFSET,
+                                               *(values[field] for field, _ in SERVING_PARAMS_VALUES))
+    _capi.WORKSPACE_STRUCT.pack_into(params, _capi.WORKSPACE_OFFSET, dict(SERVING_PARAMS_VALUES)["workspace"],
+                                     dict(SERVING_PARAMS_VALUES)["workspace_bytes"])
+    return params
+
+
 @needs_cc
 def test_packed_params_are_the_bytes_c_lays_out(tmp_path):
     layout = _c_layout(tmp_path)
     assert bytes(_packed_params()) == bytes.fromhex(layout["params_bytes"])
     assert bytes(_packed_fp8_params()) == bytes.fromhex(layout["fp8_params_bytes"])
+    assert bytes(_packed_serving_params()) == bytes.fromhex(layout["serving_params_bytes"])
 
 
 @needs_cc
@@ -141,6 +173,18 @@ def test_size_before_the_e4m3_fields_is_where_out_dtype_starts(tmp_path):
     layout = _c_layout(tmp_path)
     assert _capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3 == layout["fa3jit_forward_params.out_dtype"]
     assert _capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3 == layout["fa3jit_forward_params.workspace_bytes"] + 8
+
+
+@needs_cc
+def test_size_before_the_serving_fields_is_where_cu_seqlens_q_starts(tmp_path):
+    """A caller of the header before the serving fields passes this struct_size (fa3jit.h, "Growth"); the header
+    quotes 232 and 312 bytes on LP64, and the serving fields end the struct without padding."""
+    layout = _c_layout(tmp_path)
+    assert _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING == layout["fa3jit_forward_params.cu_seqlens_q"]
+    assert _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING == layout["fa3jit_forward_params.v_descale"] + 24
+    if ctypes.sizeof(ctypes.c_void_p) == 8:
+        assert (_capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3, _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING) == (232, 312)
+    assert layout["fa3jit_forward_params.sizeof"] == layout["fa3jit_forward_params.pack_gqa"] + 4
 
 
 def _field(params, field):
@@ -157,9 +201,12 @@ def test_packed_params_equal_the_ctypes_struct():
         assert _field(params, field) == value, field
     assert params.struct_size == ctypes.sizeof(_capi.ForwardParams)
     assert params.workspace is None and params.workspace_bytes == 0
-    # The e4m3 fields keep the defaults ForwardParams() set, as fa3jit_forward_params_init does.
+    # The e4m3 and serving fields keep the defaults ForwardParams() set, as fa3jit_forward_params_init does:
+    # no split and no packing, so no flash_attn_func call needs a workspace.
     assert params.out_dtype == _capi.DTYPE_DEFAULT and params.quant == _capi.QUANT_NONE
     assert params.q_descale.data is None and params.v_descale.stride_head == 0
+    assert params.num_splits == 1 and params.pack_gqa == 0
+    assert params.cu_seqlens_q is None and params.page_table is None and params.page_size == 0
     # The packed fields end where softmax_scale ends; only padding and the workspace fields follow.
     assert _capi.PARAMS_CALL_OFFSET == _capi.ForwardParams.dtype.offset
     assert (_capi.PARAMS_CALL_OFFSET + _capi.PARAMS_CALL_STRUCT.size
@@ -172,4 +219,15 @@ def test_packed_fp8_params_equal_the_ctypes_struct():
         expected = None if value == 0 and (field.endswith(".data") or field == "workspace") else value
         assert _field(params, field) == expected, field
     assert params.struct_size == ctypes.sizeof(_capi.ForwardParams)
-    assert _capi.PARAMS_CALL_OFFSET + _capi.PARAMS_FP8_CALL_STRUCT.size == ctypes.sizeof(_capi.ForwardParams)
+    assert _capi.PARAMS_CALL_OFFSET + _capi.PARAMS_FP8_CALL_STRUCT.size == _capi.ForwardParams.cu_seqlens_q.offset
+    assert params.num_splits == 1 and params.pack_gqa == 0
+
+
+def test_packed_serving_params_equal_the_ctypes_struct():
+    params = _packed_serving_params()
+    for field, value in SERVING_PARAMS_VALUES:
+        expected = None if value == 0 and (field.endswith(".data") or field in INDEX_POINTERS) else value
+        assert _field(params, field) == expected, field
+    assert params.struct_size == ctypes.sizeof(_capi.ForwardParams)
+    assert _capi.PARAMS_CALL_OFFSET + _capi.PARAMS_SERVING_CALL_STRUCT.size == ctypes.sizeof(_capi.ForwardParams)
+    assert _capi.WORKSPACE_OFFSET == _capi.ForwardParams.workspace.offset

@@ -168,6 +168,63 @@ def test_a_caller_of_the_header_before_the_e4m3_fields_is_read_as_a_16_bit_call(
         runtime.forward(_params(struct_size=old, dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD), 0)
 
 
+# ---- the serving fields (fa3jit.h, "Serving layouts" and "Growth") -----------------------------------------
+
+def test_a_caller_of_the_header_before_the_serving_fields_is_read_without_them(runtime):
+    """struct_size = offsetof(cu_seqlens_q): the bytes after it (here an out-of-range num_splits and pack_gqa and
+    index pointers) are not read; the call is read with num_splits 1 and pack_gqa 0, so it runs as before."""
+    old = _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING
+    garbage = dict(num_splits=-7, pack_gqa=9, cu_seqlens_q=0x7F0000F00000, page_table=0x7F0000F10000, page_size=3)
+    with pytest.raises(fa3jit.Fa3jitValueError, match="head_dim = 80"):
+        runtime.forward(_params(struct_size=old, head_dim=80, head_dim_v=80, **garbage), 0)
+    assert runtime.workspace_size(_params(struct_size=old, **dict(garbage, num_splits=5))) == 0
+    # Its e4m3 fields are still read.
+    with pytest.raises(fa3jit.Fa3jitValueError, match="params.quant is 3"):
+        runtime.forward(_params(struct_size=old, quant=3, **garbage), 0)
+
+
+@pytest.mark.parametrize("struct_size", [_capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING + 8,
+                                         ctypes.sizeof(_capi.ForwardParams) - 4])
+def test_a_size_between_the_headers_is_refused(runtime, struct_size):
+    with pytest.raises(fa3jit.Fa3jitValueError, match=f"struct_size is {struct_size};") as info:
+        runtime.forward(_params(struct_size=struct_size), 0)
+    message = str(info.value)
+    assert f"or {_capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3} " in message
+    assert f"or {_capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING} " in message
+
+
+@pytest.mark.parametrize("fields, needle", [
+    (dict(num_splits=-1), "params.num_splits is -1"),
+    (dict(num_splits=257), "params.num_splits is 257"),
+    (dict(num_splits=-(1 << 31)), "params.num_splits is -2147483648"),
+    (dict(pack_gqa=2), "params.pack_gqa is 2"),
+    (dict(pack_gqa=-2), "params.pack_gqa is -2"),
+])
+def test_serving_options_out_of_range_are_refused(runtime, fields, needle):
+    with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)) as info:
+        runtime.forward(_params(**fields), 0)
+    assert info.value.status_name == "invalid_argument"
+    with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)):
+        runtime.workspace_size(_params(**fields))
+
+
+def test_forward_params_defaults_are_off():
+    """ForwardParams() as fa3jit_forward_params_init: no index tensor, no split (so no workspace), no packing."""
+    params = _capi.ForwardParams()
+    assert (params.num_splits, params.pack_gqa) == (1, 0)
+    assert params.cu_seqlens_q is None and params.cu_seqlens_k is None and params.seqused_k is None
+    assert params.page_table is None and params.max_pages == 0 and params.page_size == 0
+
+
+@pytest.mark.parametrize("num_splits", [0, 3])
+def test_workspace_size_of_a_split_checks_the_call(runtime, num_splits):
+    """With num_splits 0 (the heuristic) or > 1 the size depends on the call, which is checked as
+    fa3jit_attention_forward checks it: NULL tensors are refused (num_splits 1 reads none, above)."""
+    null = _capi.Tensor(0, 0, 0, 0)
+    with pytest.raises(fa3jit.Fa3jitValueError, match="q.data is NULL"):
+        runtime.workspace_size(_params(q=null, k=null, v=null, out=null, num_splits=num_splits))
+
+
 # ---- fa3jit_attention_quant_blocks ----------------------------------------------------------------------
 
 def test_quant_blocks_are_the_tile_of_the_e4m3_kernel():
@@ -311,13 +368,15 @@ def test_runtime_create_rejects_unset_struct_size():
 
 # ---- fa3jit_attention_workspace_size --------------------------------------------------------------------
 
-@pytest.mark.parametrize("fields", [dict(), dict(causal=1), dict(seqlen_q=1, seqlen_k=100000), dict(batch=64)])
-def test_workspace_size_is_zero(runtime, fields):
+@pytest.mark.parametrize("fields", [dict(), dict(causal=1), dict(seqlen_q=1, seqlen_k=100000), dict(batch=64),
+                                    dict(num_splits=1, pack_gqa=-1, page_size=64)])
+def test_workspace_size_is_zero_without_a_split(runtime, fields):
     assert runtime.workspace_size(_params(**fields)) == 0
 
 
 def test_workspace_size_reads_no_pointer(runtime):
-    """Only the shape fields matter: NULL tensors are fine (a caller sizes the workspace before allocating)."""
+    """Without a split (num_splits 1, ForwardParams()'s default) nothing but the struct is read: NULL tensors are
+    fine (a caller sizes the workspace before allocating)."""
     null = _capi.Tensor(0, 0, 0, 0)
     assert runtime.workspace_size(_params(q=null, k=null, v=null, out=null)) == 0
 

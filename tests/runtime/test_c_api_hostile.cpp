@@ -1,8 +1,9 @@
 // The C ABI (runtime/c_api.cpp) under hostile or careless callers: deeply nested and overflowing specs, handles
-// that are not live, out-of-range enum values and struct sizes. Every case is a status and a message, never a
-// crash. No GPU: every call here fails before the driver is opened.
+// that are not live, out-of-range enum values and struct sizes (older headers' among them). Every case is a
+// status and a message, never a crash. No GPU: every call here fails before the driver is opened, or needs none.
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -149,4 +150,51 @@ TEST_CASE("C ABI: struct_size is capped and extra bytes must be zero", "[capi][h
   newer.extra[10] = 1;
   CHECK(fa3jit_attention_workspace_size(h.rt, &newer.params, &bytes) == FA3JIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(fa3jit_last_error(), Contains("non-zero fields at byte " + std::to_string(sizeof(fa3jit_forward_params) + 10)));
+}
+
+TEST_CASE("C ABI: the struct sizes of older headers are read with the later fields off", "[capi][hostile]") {
+  fa3jit::test::TempDir cache;
+  RuntimeHandle h(cache.path);
+  size_t bytes = 1;
+  const fa3jit_forward_params shape = shape_params();
+  for (const size_t old_size :
+       {offsetof(fa3jit_forward_params, out_dtype), offsetof(fa3jit_forward_params, cu_seqlens_q)}) {
+    INFO("struct_size " << old_size);
+    // The bytes past an older caller's struct are not its own: garbage here, never read.
+    fa3jit_forward_params p;
+    std::memset(&p, 0xab, sizeof(p));
+    std::memcpy(&p, &shape, old_size);
+    p.struct_size = old_size;
+    bytes = 1;
+    CHECK(fa3jit_attention_workspace_size(h.rt, &p, &bytes) == FA3JIT_OK);
+    CHECK(bytes == 0);
+    // A size between two headers is no header's.
+    p.struct_size = old_size + 8;
+    CHECK(fa3jit_attention_workspace_size(h.rt, &p, &bytes) == FA3JIT_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(fa3jit_last_error(), Contains("struct_size is " + std::to_string(old_size + 8)));
+  }
+
+  // This header's serving enums are range-checked as integers, with or without a split.
+  fa3jit_forward_params p = shape_params();
+  CHECK(p.num_splits == 1);
+  CHECK(p.pack_gqa == 0);
+  for (const int32_t value : {-1, 257, INT32_MIN}) {
+    p.num_splits = value;
+    CHECK(fa3jit_attention_workspace_size(h.rt, &p, &bytes) == FA3JIT_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(fa3jit_last_error(), Contains("params.num_splits is " + std::to_string(value)));
+  }
+  p.num_splits = 1;
+  p.pack_gqa = 2;
+  CHECK(fa3jit_attention_workspace_size(h.rt, &p, &bytes) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("params.pack_gqa is 2"));
+  // With a possible split the size depends on the call, which is checked as fa3jit_attention_forward checks it
+  // (shape_params' tensors are NULL); without one nothing else is read.
+  p.pack_gqa = -1;
+  p.num_splits = 0;
+  CHECK(fa3jit_attention_workspace_size(h.rt, &p, &bytes) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("params.q.data is NULL"));
+  p.num_splits = 1;
+  bytes = 1;
+  CHECK(fa3jit_attention_workspace_size(h.rt, &p, &bytes) == FA3JIT_OK);
+  CHECK(bytes == 0);
 }

@@ -74,7 +74,7 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (SmemLayout<Cfg>::kTransposeV) {
       Mainloop<Cfg>::produce_transposing(sm, params, w);
-    } else if (threadIdx.x == 0) {
+    } else if (threadIdx.x < 32) {
       Mainloop<Cfg>::produce(sm, params, w);
     }
   } else {

@@ -1,4 +1,4 @@
-// The FA3 mainloop: a producer thread streams Q once and K/V blocks through a `stages`-deep mbarrier
+// The FA3 mainloop: a producer warp streams Q once and K/V blocks through a `stages`-deep mbarrier
 // ring by TMA; each consumer warpgroup computes S = Q.K^T (wgmma, both operands in shared memory), masks,
 // runs the online softmax, and accumulates O += P.V (wgmma with P from registers, V from shared memory).
 // KV blocks are visited from the last to the first, so the masked blocks (seqlen_k tail, causal diagonal)
@@ -87,35 +87,60 @@ struct Mainloop {
   ///    sequence is row j % page_size of page page_table[batch][j / page_size]. A box row count that is a multiple
   ///    of 8 keeps every box on a 1024-byte swizzle atom. Page slots past max_pages and page indices outside
   ///    [0, num_pages) are clamped (the keys they hold past seqlen_k are masked anyway).
+  /// paged_kv: the page of box `lane` of key block n_block (boxes of page_box_rows keys; lane < 32, and a block has
+  /// at most block_n / 8 <= 32 boxes). Each lane of the producer warp looks up its own box's page, so a block's
+  /// page-table reads are in flight together instead of one after the other; K and V share them.
+  static __device__ __forceinline__ int box_page(int n_block, int lane, const TileWork& w, const Params& p) {
+    if constexpr (Cfg::kPagedKv) {
+      const int key = n_block * Cfg::kBlockN + lane * p.page_box_rows;
+      if (lane * p.page_box_rows >= Cfg::kBlockN) return 0;
+      const int* pages = p.page_table + static_cast<int64_t>(w.tile.batch) * p.page_table_stride;
+      const int slot = min(key / p.page_size, p.max_pages - 1);
+      return clamp_int(pages[slot], 0, p.num_pages - 1);
+    } else {
+      return 0;
+    }
+  }
+
+  /// Loads K or V block n_block of the tile's sequence into a stage; called by every lane of the producer warp,
+  /// after lane 0 armed the full barrier.
+  ///  - dense / varlen_k: lane 0 loads one box of block_n rows per 128-byte column block at row k_row0 + n_block *
+  ///    block_n. With cluster_m = 2 each CTA loads half the rows and multicasts them to both CTAs, so every CTA's
+  ///    stage still receives the full block and its full barrier the full byte count (FA3's 2x1 cluster; PTX ISA
+  ///    cp.async.bulk.tensor .multicast::cluster).
+  ///  - paged_kv: lane b loads box b, page_box_rows = gcd(page_size, block_n) rows inside one page (`page`, from
+  ///    box_page): key j of the sequence is row j % page_size of page page_table[batch][j / page_size]. A box row
+  ///    count that is a multiple of 8 keeps every box on a 1024-byte swizzle atom. Page slots past max_pages and
+  ///    page indices outside [0, num_pages) are clamped (the keys they hold past seqlen_k are masked anyway).
   template <int kCols>
   static __device__ __forceinline__ void load_kv_block(uint32_t dst, const TmaDesc* desc, uint32_t bar, int n_block,
-                                                       const TileWork& w, const Params& p) {
+                                                       const TileWork& w, const Params& p, int lane, int page) {
     constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
     constexpr int kColBlocks = (kCols + kBlockCols - 1) / kBlockCols;
     if constexpr (Cfg::kPagedKv) {
-      const int* pages = p.page_table + static_cast<int64_t>(w.tile.batch) * p.page_table_stride;
-      for (int r = 0; r < Cfg::kBlockN; r += p.page_box_rows) {
+      const int r = lane * p.page_box_rows;
+      if (r < Cfg::kBlockN) {
         const int key = n_block * Cfg::kBlockN + r;
-        const int slot = min(key / p.page_size, p.max_pages - 1);
-        const int page = clamp_int(pages[slot], 0, p.num_pages - 1);
         const int row = key - (key / p.page_size) * p.page_size;
 #pragma unroll
         for (int j = 0; j < kColBlocks; ++j)
           tma_load_4d(dst + j * Cfg::kBlockN * kRowBytes + r * kRowBytes, desc, bar, kBlockCols * j, row,
                       w.tile.kv_head, page);
       }
-    } else if constexpr (Cfg::kClusterM == 1) {
-      load_tile<Cfg::kBlockN, kCols>(dst, desc, bar, w.seq.k_row0 + n_block * Cfg::kBlockN, w.tile.kv_head,
-                                     w.seq.k_batch);
-    } else {
-      constexpr int kHalf = Cfg::kBlockN / 2;
-      const int row = n_block * Cfg::kBlockN;
-      const int rank = static_cast<int>(cluster_ctarank());
+    } else if (lane == 0) {
+      if constexpr (Cfg::kClusterM == 1) {
+        load_tile<Cfg::kBlockN, kCols>(dst, desc, bar, w.seq.k_row0 + n_block * Cfg::kBlockN, w.tile.kv_head,
+                                       w.seq.k_batch);
+      } else {
+        constexpr int kHalf = Cfg::kBlockN / 2;
+        const int row = n_block * Cfg::kBlockN;
+        const int rank = static_cast<int>(cluster_ctarank());
 #pragma unroll
-      for (int j = 0; j < kColBlocks; ++j)
-        tma_load_4d_multicast(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar,
-                              kBlockCols * j, row + rank * kHalf, w.tile.kv_head, w.tile.batch,
-                              static_cast<uint16_t>(0x3));
+        for (int j = 0; j < kColBlocks; ++j)
+          tma_load_4d_multicast(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar,
+                                kBlockCols * j, row + rank * kHalf, w.tile.kv_head, w.tile.batch,
+                                static_cast<uint16_t>(0x3));
+      }
     }
   }
 
@@ -161,18 +186,27 @@ struct Mainloop {
       tma_load_4d(dst + j * kRows * kRowBytes, desc, bar, kBlockCols * j, row, head, batch);
   }
 
-  /// Producer: one thread. Q once, then K and V of every visited block, last block first.
+  /// Producer: one warp (lane 0 waits, arms the barriers and issues the loads; with paged_kv every lane loads the
+  /// boxes of its own page). Q once, then K and V of every visited block, last block first.
   static __device__ __forceinline__ void produce(const Smem& sm, const Params& p, const TileWork& w) {
     if (w.range.empty()) return;
-    load_q(sm, &p.tm_q, w, p);
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) load_q(sm, &p.tm_q, w, p);
     PipelineState<Cfg::kStages> pipe;
     for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
-      mbarrier_wait(sm.k_empty(pipe.stage), pipe.phase ^ 1u);
-      mbarrier_arrive_expect_tx(sm.k_full(pipe.stage), Smem::kKStageBytes);
-      load_kv_block<Cfg::kHeadDim>(sm.k(pipe.stage), &p.tm_k, sm.k_full(pipe.stage), n_block, w, p);
-      mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
-      mbarrier_arrive_expect_tx(sm.v_full(pipe.stage), Smem::kVStageBytes);
-      load_kv_block<Cfg::kHeadDimV>(sm.v(pipe.stage), &p.tm_v, sm.v_full(pipe.stage), n_block, w, p);
+      const int page = box_page(n_block, lane, w, p);
+      if (lane == 0) {
+        mbarrier_wait(sm.k_empty(pipe.stage), pipe.phase ^ 1u);
+        mbarrier_arrive_expect_tx(sm.k_full(pipe.stage), Smem::kKStageBytes);
+      }
+      __syncwarp();
+      load_kv_block<Cfg::kHeadDim>(sm.k(pipe.stage), &p.tm_k, sm.k_full(pipe.stage), n_block, w, p, lane, page);
+      if (lane == 0) {
+        mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
+        mbarrier_arrive_expect_tx(sm.v_full(pipe.stage), Smem::kVStageBytes);
+      }
+      __syncwarp();
+      load_kv_block<Cfg::kHeadDimV>(sm.v(pipe.stage), &p.tm_v, sm.v_full(pipe.stage), n_block, w, p, lane, page);
       pipe.advance();
     }
   }
@@ -187,14 +221,22 @@ struct Mainloop {
     if (tid == 0) load_q(sm, &p.tm_q, w, p);
     PipelineState<Cfg::kStages> load_pipe, transpose_pipe;
     for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
-      if (tid == 0) {
-        mbarrier_wait(sm.k_empty(load_pipe.stage), load_pipe.phase ^ 1u);
-        mbarrier_arrive_expect_tx(sm.k_full(load_pipe.stage), Smem::kKStageBytes);
-        load_kv_block<Cfg::kHeadDim>(sm.k(load_pipe.stage), &p.tm_k, sm.k_full(load_pipe.stage), n_block, w, p);
-        mbarrier_wait(sm.v_load_empty(load_pipe.stage), load_pipe.phase ^ 1u);
-        mbarrier_arrive_expect_tx(sm.v_load_full(load_pipe.stage), Smem::kVLoadStageBytes);
+      if (warp == 0) {  // warp 0 loads (produce() says how); all four warps transpose
+        const int page = box_page(n_block, lane, w, p);
+        if (lane == 0) {
+          mbarrier_wait(sm.k_empty(load_pipe.stage), load_pipe.phase ^ 1u);
+          mbarrier_arrive_expect_tx(sm.k_full(load_pipe.stage), Smem::kKStageBytes);
+        }
+        __syncwarp();
+        load_kv_block<Cfg::kHeadDim>(sm.k(load_pipe.stage), &p.tm_k, sm.k_full(load_pipe.stage), n_block, w, p, lane,
+                                     page);
+        if (lane == 0) {
+          mbarrier_wait(sm.v_load_empty(load_pipe.stage), load_pipe.phase ^ 1u);
+          mbarrier_arrive_expect_tx(sm.v_load_full(load_pipe.stage), Smem::kVLoadStageBytes);
+        }
+        __syncwarp();
         load_kv_block<Cfg::kHeadDimV>(sm.v_load(load_pipe.stage), &p.tm_v, sm.v_load_full(load_pipe.stage), n_block,
-                                      w, p);
+                                      w, p, lane, page);
       }
       __syncwarp();
       if (n_block != w.range.n_block_max - 1) {

@@ -164,13 +164,38 @@ typedef struct fa3jit_scale {
  *   the scores are (q * q_descale) . (k * k_descale), out = P (v * v_descale) in out_dtype (BF16 by default, or
  *   FP16); softmax_scale applies on top of the descales. fp16/bf16 inputs: quant NONE, descales NULL.
  *
- * Growth: the fields from out_dtype on were appended with e4m3 (ABI version 2 still). A caller compiled against
- * the header before them passes struct_size = offsetof(fa3jit_forward_params, out_dtype) (232 bytes on LP64):
- * that call is read as out_dtype DEFAULT, quant NONE, no descales, i.e. a 16-bit call as before. Any other
- * struct_size below sizeof(fa3jit_forward_params) is INVALID_ARGUMENT. The other way round, a library from
- * before these fields refuses a struct of this header whatever it holds (out_dtype's default is not zero bytes,
- * see the struct_size rule above); a caller that must also run on such a library passes the old size for its
- * 16-bit calls. */
+ * Serving layouts (FlashAttention-3's flash_attn_varlen_func / flash_attn_with_kvcache; the fields from
+ * cu_seqlens_q on). Each is optional and they combine, except cu_seqlens_k with page_table:
+ *   varlen q      cu_seqlens_q given: q is (total_q, num_heads, head_dim) and out (total_q, num_heads, head_dim_v),
+ *                 packed, with seqlen_q = total_q; q.stride_batch and out.stride_batch are ignored; lse is
+ *                 (num_heads, total_q). Sequence b has query rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]).
+ *   varlen k/v    cu_seqlens_k given: k is (total_k, num_heads_kv, head_dim), v (total_k, num_heads_kv,
+ *                 head_dim_v), packed, with seqlen_k = total_k; k/v.stride_batch ignored.
+ *   paged k/v     page_table given: k is (num_pages, page_size, num_heads_kv, head_dim), v likewise with
+ *                 head_dim_v, and stride_batch is the PAGE stride (elements); seqlen_k is ignored; seqused_k is
+ *                 required. Key j of sequence b is row j % page_size of page page_table[b][j / page_size].
+ *   seqused_k     keys of each sequence actually attended (FA3's cache_seqlens), at most its capacity.
+ *   Causal stays bottom-right aligned per sequence: query i of a sequence of Lq rows and Lk keys sees key j
+ *   iff j <= i + Lk - Lq.
+ * The index tensors are int32 in device memory, read by the GPU only: the kernel clamps their values into the
+ * tensors given (a length past its tensor, a page outside [0, num_pages)), so no value makes it read or write
+ * outside them, and a wrong value gives a wrong answer for its own sequence only. They are not checked on the
+ * host (that would need a synchronisation).
+ * Split-KV and GQA packing: num_splits > 1 (or 0, the heuristic, when it picks more than one) cuts each row
+ * block's keys into ranges run by separate CTAs, whose fp32 partials go to `workspace` and are merged by the
+ * combine kernel that the call launches itself, on the same stream: size the workspace with
+ * fa3jit_attention_workspace_size. pack_gqa shares one M tile between the query heads of a KV head.
+ *
+ * Growth (ABI version 2 still): the fields from out_dtype on were appended with e4m3, those from cu_seqlens_q
+ * on for serving. A caller compiled against an older header passes the struct_size it knew:
+ *   offsetof(fa3jit_forward_params, out_dtype) (232 bytes on LP64): read as out_dtype DEFAULT, quant NONE, no
+ *     descales, i.e. a 16-bit call as before;
+ *   offsetof(fa3jit_forward_params, cu_seqlens_q) (312 bytes on LP64): the serving fields are read as off:
+ *     NULL index tensors, num_splits 1 and pack_gqa 0, so the call runs exactly as it did before them.
+ * Any other struct_size below sizeof(fa3jit_forward_params) is INVALID_ARGUMENT. The other way round, a library
+ * from before a group of fields refuses a struct of this header whose bytes past its own struct are not zero
+ * (out_dtype's and num_splits' defaults are not zero bytes, see the struct_size rule above); a caller that must
+ * also run on such a library passes the old size for the calls the old struct can describe. */
 typedef struct fa3jit_forward_params {
   size_t struct_size; /* sizeof(fa3jit_forward_params) as compiled by the caller */
   fa3jit_dtype dtype; /* of q, k, v; any other value is INVALID_ARGUMENT (read as a 32-bit integer) */
@@ -193,13 +218,52 @@ typedef struct fa3jit_forward_params {
   fa3jit_scale q_descale;     /* E4M3 only (data NULL otherwise); see fa3jit_scale for the shapes */
   fa3jit_scale k_descale;
   fa3jit_scale v_descale;
+  /* ---- appended for serving (see "Serving layouts" above); fa3jit_forward_params_init sets them off ---- */
+  /* Varlen q: (batch + 1) int32 offsets into q's rows, non-decreasing, cu_seqlens_q[batch] <= seqlen_q
+   * (= total_q); device pointer; NULL = q and out are (batch, seqlen_q, ...) as above. */
+  const int32_t* cu_seqlens_q;
+  /* With cu_seqlens_q: >= every sequence's query length (rows); it sizes the grid (and the workspace), and a
+   * sequence's rows past it are not computed. Ignored without cu_seqlens_q. */
+  int64_t max_seqlen_q;
+  /* Varlen k/v: (batch + 1) int32 offsets into k's and v's rows, like cu_seqlens_q, cu_seqlens_k[batch] <=
+   * seqlen_k (= total_k); NULL = k and v are (batch, seqlen_k, ...) or paged. Not with page_table. */
+  const int32_t* cu_seqlens_k;
+  /* With cu_seqlens_k or page_table: >= every sequence's key count (keys); read by the num_splits heuristic.
+   * Ignored for dense k/v (seqlen_k is that bound). */
+  int64_t max_seqlen_k;
+  /* (batch) int32: keys of sequence b actually attended (FlashAttention-3's cache_seqlens / seqused_k), each at
+   * most the sequence's capacity (dense: seqlen_k; varlen: its span; paged: max_pages * page_size); NULL = all
+   * of them. Required with page_table. Device pointer. */
+  const int32_t* seqused_k;
+  /* Paged KV cache: (batch, max_pages) int32 page indices in [0, num_pages), row b at page_table +
+   * b * page_table_stride; the entries past the pages a sequence uses (seqused_k) may hold anything. NULL = k/v
+   * are not paged. Device pointer. */
+  const int32_t* page_table;
+  int64_t page_table_stride;  /* ELEMENTS between the rows of page_table */
+  int64_t max_pages;          /* page_table's second dimension: pages per sequence */
+  int64_t num_pages;          /* k's and v's first dimension: pages in the cache */
+  /* Rows (keys) per page: a multiple of 8 (the kernel's TMA boxes hold gcd(page_size, block_n) rows); another
+   * value is UNSUPPORTED naming page_size. Ignored without page_table. */
+  int64_t page_size;
+  /* KV splits: 0 = the heuristic (FlashAttention-3's num_splits_heuristic: splits when the grid would leave
+   * SMs idle, as in decoding), 1 = none, > 1 = that many, at most 256. fa3jit_forward_params_init sets 1. A
+   * split needs a workspace (fa3jit_attention_workspace_size). Negative or > 256: INVALID_ARGUMENT. */
+  int32_t num_splits;
+  /* GQA packing: -1 = the heuristic, 0 = off, 1 = on (the num_heads / num_heads_kv query heads of a KV head
+   * share an M tile; decode then fills a tile with one token x the group). fa3jit_forward_params_init sets 0.
+   * Another value: INVALID_ARGUMENT. */
+  int32_t pack_gqa;
 } fa3jit_forward_params;
 
-/* Zero-fills *params, sets struct_size and out_dtype = FA3JIT_DTYPE_DEFAULT (quant NONE, descales NULL). */
+/* Zero-fills *params, sets struct_size, out_dtype = FA3JIT_DTYPE_DEFAULT (quant NONE, descales NULL) and the
+ * serving fields off: no index tensors, num_splits 1 (no split, so no workspace) and pack_gqa 0. A serving
+ * caller sets num_splits 0 and pack_gqa -1 for the heuristics. Note: a struct zero-filled by hand has
+ * num_splits 0, the heuristic, which may need a workspace. */
 static inline void fa3jit_forward_params_init(fa3jit_forward_params* params) {
   memset(params, 0, sizeof(*params));
   params->struct_size = sizeof(fa3jit_forward_params);
   params->out_dtype = FA3JIT_DTYPE_DEFAULT;
+  params->num_splits = 1;
 }
 
 /* ---- kernels ------------------------------------------------------------------------------------------ */
@@ -231,15 +295,26 @@ FA3JIT_API void fa3jit_kernel_destroy(fa3jit_kernel* kernel);
  *     tensor pointer; a stride not a multiple of 16 bytes; a size < 1; num_heads not a multiple of
  *     num_heads_kv; an extent past its allocation; overlapping outputs; for E4M3 a NULL, misaligned, negatively
  *     strided or out-of-allocation descale, for fp16/bf16 a non-NULL one; a kernel of another family or one
- *     that disagrees with the params (dtype, out_dtype, quant, head dims, causal);
- *   UNSUPPORTED: a dtype or head dims this build does not generate (see fa3jit_capabilities_json);
+ *     that disagrees with the params (dtype, out_dtype, quant, head dims, causal); num_splits or pack_gqa out
+ *     of range; cu_seqlens_k together with page_table; page_table without seqused_k; a misaligned index
+ *     tensor, a max_seqlen_q, max_pages, num_pages or page_table_stride the layout does not allow; a workspace
+ *     smaller than fa3jit_attention_workspace_size or not 16-byte aligned when the call splits;
+ *   UNSUPPORTED: a dtype or head dims this build does not generate (see fa3jit_capabilities_json); a page_size
+ *     that is not a multiple of 8;
  *   COMPILE_FAILED; NO_DRIVER; DRIVER (a driver call or the launch failed); CACHE; INTERNAL. */
 FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
                                                   const fa3jit_forward_params* params, void* cuda_stream);
 
-/* Bytes of workspace a call with these params needs (0 for every attention forward of this release; split-KV
- * decoding will need some). Reads only the shape fields; no GPU needed.
- * Errors: INVALID_ARGUMENT (NULL arguments, struct_size). */
+/* Bytes of device workspace (16-byte aligned, caller-owned, passed as params.workspace) that a call of the tile
+ * table's kernel (fa3jit_attention_forward with kernel NULL) with these params needs: 0 without a KV split. It
+ * grows with batch, max_seqlen_q (seqlen_q without cu_seqlens_q), num_heads, head_dim_v and the number of
+ * splits; for a CUDA graph, size it once with the largest shapes it will replay.
+ * num_splits 1 (fa3jit_forward_params_init's, and an older header's struct): *bytes = 0, reading only the struct
+ * itself; no GPU needed, the tensor pointers may be NULL. num_splits 0 or > 1: the params are checked as
+ * fa3jit_attention_forward checks them on the host (tensor pointers included), and the heuristic needs the
+ * CUDA driver for the SM count of q's device.
+ * Errors: INVALID_ARGUMENT (NULL arguments, struct_size, and with a split the argument errors of
+ *   fa3jit_attention_forward); UNSUPPORTED; NO_DRIVER; DRIVER (as fa3jit_attention_forward, with a split). */
 FA3JIT_API fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3jit_forward_params* params,
                                                          size_t* bytes);
 

@@ -13,6 +13,8 @@ against torch.
     fa3jit.fp8_quant_blocks(128)                                 # (block_m, block_n) of per-block descales
     q8, k8, v8, qd, kd, vd = fa3jit.quantize_fp8(q, k, v)          # 16-bit -> e4m3 + per-block descales (FA3 §3.3)
     out = fa3jit.flash_attn_fp8_func(q, k, v, causal=True)      # the pre-pass, then the e4m3 kernel; out in q's dtype
+    out = fa3jit.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)  # packed
+    out = fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table)  # decode, paged cache
 
 The shared library is found at run time (fa3jit._capi explains the order): libfa3jit.so next to this package
 (a wheel bundles it there), else FA3JIT_LIBRARY, else <source tree>/build/libfa3jit.so, else the system loader.
@@ -29,9 +31,12 @@ from ._capi import (ABI_VERSION, Fa3jitError, Fa3jitRuntimeError, Fa3jitValueErr
                     Runtime, Spec, capabilities, library_path, runtime, version)
 from .attention import flash_attn_func, fp8_quant_blocks
 from .fp8 import flash_attn_fp8_func, quantize_fp8
+from .serving import flash_attn_varlen_func, flash_attn_with_kvcache
 
 __all__ = [
     "flash_attn_func",
+    "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
     "fp8_quant_blocks",
     "quantize_fp8",
     "flash_attn_fp8_func",

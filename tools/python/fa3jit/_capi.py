@@ -158,16 +158,33 @@ class ForwardParams(ctypes.Structure):
         ("q_descale", Scale),
         ("k_descale", Scale),
         ("v_descale", Scale),
+        # Appended for serving (fa3jit.h, "Serving layouts"); FORWARD_PARAMS_SIZE_BEFORE_SERVING leaves them out.
+        # The index tensors are int32 device pointers.
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("max_seqlen_k", ctypes.c_int64),
+        ("seqused_k", ctypes.c_void_p),
+        ("page_table", ctypes.c_void_p),
+        ("page_table_stride", ctypes.c_int64),
+        ("max_pages", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("num_splits", ctypes.c_int32),
+        ("pack_gqa", ctypes.c_int32),
     ]
 
     def __init__(self, **fields: Any):
         fields.setdefault("struct_size", ctypes.sizeof(ForwardParams))
         fields.setdefault("out_dtype", DTYPE_DEFAULT)
+        fields.setdefault("num_splits", 1)  # as fa3jit_forward_params_init: no split, no workspace
         super().__init__(**fields)
 
 
 # struct_size of a caller whose header predates the e4m3 fields (offsetof(fa3jit_forward_params, out_dtype)).
 FORWARD_PARAMS_SIZE_BEFORE_E4M3 = ForwardParams.out_dtype.offset
+# struct_size of a caller whose header predates the serving fields (offsetof(fa3jit_forward_params, cu_seqlens_q)).
+FORWARD_PARAMS_SIZE_BEFORE_SERVING = ForwardParams.cu_seqlens_q.offset
 
 
 # The per-call fields of ForwardParams, dtype through softmax_scale, for struct.pack_into at PARAMS_CALL_OFFSET:
@@ -181,13 +198,26 @@ if PARAMS_CALL_OFFSET + PARAMS_CALL_STRUCT.size != ForwardParams.softmax_scale.o
     # A wrong edit of either must never reach the library.
     raise ImportError("fa3jit: PARAMS_CALL_STRUCT does not cover ForwardParams.dtype .. softmax_scale")
 
-# The same for an e4m3 call: dtype through the end of the struct, i.e. PARAMS_CALL_STRUCT's fields, then
-# workspace ("P", pass 0) and workspace_bytes ("N", pass 0), out_dtype ("i"), quant ("i") and the three descales
-# ("P2q" each). Packed at PARAMS_CALL_OFFSET into a per-thread ForwardParams of its own, so the 16-bit path
-# never has to reset these fields.
+# The same for an e4m3 call: dtype through v_descale, i.e. PARAMS_CALL_STRUCT's fields, then workspace ("P",
+# pass 0) and workspace_bytes ("N", pass 0), out_dtype ("i"), quant ("i") and the three descales ("P2q" each).
+# Packed at PARAMS_CALL_OFFSET into a per-thread ForwardParams of its own, so the 16-bit path never has to reset
+# these fields; the serving fields keep ForwardParams()'s defaults (num_splits 1: no workspace).
 PARAMS_FP8_CALL_STRUCT = struct.Struct(PARAMS_CALL_STRUCT.format + " P N i i" + " P2q" * 3)
-if PARAMS_CALL_OFFSET + PARAMS_FP8_CALL_STRUCT.size != ctypes.sizeof(ForwardParams):
+if PARAMS_CALL_OFFSET + PARAMS_FP8_CALL_STRUCT.size != ForwardParams.cu_seqlens_q.offset:
     raise ImportError("fa3jit: PARAMS_FP8_CALL_STRUCT does not cover ForwardParams.dtype .. v_descale")
+
+# The same for a serving call (fa3jit.serving): dtype through the end of the struct, i.e. PARAMS_FP8_CALL_STRUCT's
+# fields (16-bit only: out_dtype DEFAULT, quant NONE, descales 0), then cu_seqlens_q ("P"), max_seqlen_q ("q"),
+# cu_seqlens_k ("P"), max_seqlen_k ("q"), seqused_k ("P"), page_table ("P"), page_table_stride, max_pages,
+# num_pages, page_size ("q" each), num_splits and pack_gqa ("i" each). The workspace fields are packed as 0 and
+# set with WORKSPACE_STRUCT at WORKSPACE_OFFSET once the call's size is known.
+PARAMS_SERVING_CALL_STRUCT = struct.Struct(PARAMS_FP8_CALL_STRUCT.format + " P q P q P P 4q i i")
+if PARAMS_CALL_OFFSET + PARAMS_SERVING_CALL_STRUCT.size != ctypes.sizeof(ForwardParams):
+    raise ImportError("fa3jit: PARAMS_SERVING_CALL_STRUCT does not cover ForwardParams.dtype .. pack_gqa")
+WORKSPACE_STRUCT = struct.Struct("@P N")
+WORKSPACE_OFFSET = ForwardParams.workspace.offset
+if WORKSPACE_OFFSET + WORKSPACE_STRUCT.size != ForwardParams.out_dtype.offset:
+    raise ImportError("fa3jit: WORKSPACE_STRUCT does not cover ForwardParams.workspace .. workspace_bytes")
 
 
 class QuantizeParams(ctypes.Structure):
@@ -531,8 +561,10 @@ class Runtime:
         check(status, "fa3jit_attention_forward")
 
     def workspace_size(self, params: ForwardParams) -> int:
-        """fa3jit_attention_workspace_size: bytes of device workspace a call with these params needs (0 for
-        every attention forward of this release). Raises Fa3jitValueError for a bad struct_size."""
+        """fa3jit_attention_workspace_size: bytes of device workspace (16-byte aligned) a call with these params
+        needs: 0 with num_splits 1 (ForwardParams()'s default, read without a GPU); with num_splits 0 or > 1 the
+        params are checked as a forward call checks them and the heuristic needs the CUDA driver. Raises
+        Fa3jitValueError for a bad struct_size or argument, Fa3jitRuntimeError without a driver."""
         size = ctypes.c_size_t()
         status = self._lib.fa3jit_attention_workspace_size(self.handle, ctypes.byref(params), ctypes.byref(size))
         check(status, "fa3jit_attention_workspace_size")

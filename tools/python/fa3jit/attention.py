@@ -114,9 +114,11 @@ def _bind_runtime() -> int:
 
 
 def _thread_params() -> Tuple[_capi.ForwardParams, int]:
-    # struct_size and out_dtype (DEFAULT) are set here, once; workspace stays NULL / 0 bytes: no attention
-    # forward of this release needs one (fa3jit_attention_workspace_size is 0), quant stays NONE and the
-    # descales NULL (e4m3 calls use _thread_fp8_params), and every other field is packed on each call.
+    # struct_size and out_dtype (DEFAULT) are set here, once; workspace stays NULL / 0 bytes: num_splits stays 1
+    # and pack_gqa 0 (ForwardParams()'s defaults, as fa3jit_forward_params_init), so no call of flash_attn_func
+    # splits the keys or needs a workspace (the serving functions of fa3jit.serving choose them); quant stays
+    # NONE and the descales NULL (e4m3 calls use _thread_fp8_params), and every other field is packed on each
+    # call.
     params = _capi.ForwardParams()
     entry = (params, ctypes.addressof(params))
     _local.params = entry
@@ -124,7 +126,8 @@ def _thread_params() -> Tuple[_capi.ForwardParams, int]:
 
 
 def _thread_fp8_params() -> Tuple[_capi.ForwardParams, int]:
-    # Every field from dtype to the end is packed on each e4m3 call; struct_size is set here.
+    # Every field from dtype to v_descale is packed on each e4m3 call; struct_size is set here, and the serving
+    # fields keep ForwardParams()'s defaults (no split, no packing).
     params = _capi.ForwardParams()
     entry = (params, ctypes.addressof(params))
     _local.fp8_params = entry

@@ -1,0 +1,326 @@
+"""fa3jit.flash_attn_varlen_func and flash_attn_with_kvcache without torch and without a GPU (run by
+test_serving.py in a subprocess: it installs a stand-in `torch` module before importing fa3jit).
+
+The stand-in tensors are shapes, strides, dtypes and devices over fake addresses; the library's
+fa3jit_attention_forward and fa3jit_attention_workspace_size are replaced by recorders, so what is checked is the
+Python side: the checks before the device, and the fa3jit_forward_params each call hands the library (read back
+through the ctypes struct). Prints "ok" at the end.
+
+    python3 serving_stub_run.py <repository root>
+"""
+
+import ctypes
+import itertools
+import math
+import sys
+import types
+
+ROOT = sys.argv[1]
+
+# ---- the stand-in torch -----------------------------------------------------------------------------------
+
+torch = types.ModuleType("torch")
+
+
+class DType:
+    def __init__(self, name, itemsize):
+        self.name, self.itemsize = name, itemsize
+
+    def __repr__(self):
+        return "torch." + self.name
+
+
+for _name, _size in (("float16", 2), ("bfloat16", 2), ("float32", 4), ("float64", 8), ("float8_e4m3fn", 1),
+                     ("int32", 4), ("int64", 8), ("uint8", 1)):
+    setattr(torch, _name, DType(_name, _size))
+
+
+class Device:
+    def __init__(self, spec):
+        self.type, _, index = str(spec).partition(":")
+        self.index = int(index) if index else (0 if self.type == "cuda" else None)
+
+    def __eq__(self, other):
+        return (self.type, self.index) == (other.type, other.index)
+
+    def __repr__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+_addresses = itertools.count(0x7F0000000000, 1 << 24)
+ALLOCATIONS = []
+
+
+class Tensor:
+    def __init__(self, shape, dtype, device="cuda:0", strides=None):
+        self.shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.dtype, self.device = dtype, Device(device)
+        contiguous, n = [], 1
+        for extent in reversed(self.shape):
+            contiguous.append(n)
+            n *= extent
+        self._strides = tuple(strides) if strides is not None else tuple(reversed(contiguous))
+        self._ptr = next(_addresses)
+        self.is_cuda = self.device.type == "cuda"
+        self.filled = None
+
+    def stride(self, i=None):
+        return self._strides if i is None else self._strides[i]
+
+    def dim(self):
+        return len(self.shape)
+
+    def data_ptr(self):
+        return self._ptr
+
+    def get_device(self):
+        return self.device.index
+
+    def zero_(self):
+        self.filled = 0.0
+        return self
+
+    def fill_(self, value):
+        self.filled = value
+        return self
+
+
+def _empty(shape, dtype, device):
+    t = Tensor(shape, dtype, device)
+    ALLOCATIONS.append(t)
+    return t
+
+
+def _full(shape, value, dtype, device):
+    t = _empty(shape, dtype, device)
+    t.filled = value
+    return t
+
+
+torch.Tensor = Tensor
+torch.empty = _empty
+torch.full = _full
+torch.contiguous_format = object()
+torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151)
+torch.cuda = types.SimpleNamespace(device_count=lambda: 1)
+sys.modules["torch"] = torch
+sys.path.insert(0, ROOT + "/tools/python")
+
+import fa3jit  # noqa: E402
+from fa3jit import _capi, attention  # noqa: E402
+
+# ---- recorders in place of the library's forward and workspace size ------------------------------------------
+
+CALLS = []          # (runtime, kernel, a copy of the ForwardParams, stream) per fa3jit_attention_forward
+SIZE_QUERIES = []   # a copy of the ForwardParams per fa3jit_attention_workspace_size
+WORKSPACE_BYTES = 4096
+
+
+def _copy(address):
+    params = _capi.ForwardParams()
+    ctypes.memmove(ctypes.addressof(params), address, ctypes.sizeof(params))
+    return params
+
+
+def _forward(runtime, kernel, address, stream):
+    CALLS.append((runtime, kernel, _copy(address), stream))
+    return 0
+
+
+def _workspace_size(runtime, address, size):
+    SIZE_QUERIES.append(_copy(address))
+    ctypes.cast(size, ctypes.POINTER(ctypes.c_size_t))[0] = WORKSPACE_BYTES
+    return 0
+
+
+attention._bind_torch()
+attention._attention_forward = _forward
+_capi.library().fa3jit_attention_workspace_size = _workspace_size
+
+bf = torch.bfloat16
+i32 = torch.int32
+
+
+def last_call():
+    assert CALLS, "no fa3jit_attention_forward call"
+    return CALLS[-1][2]
+
+
+def expect(error_type, needles, function, *args, **kwargs):
+    calls = len(CALLS)
+    try:
+        function(*args, **kwargs)
+    except error_type as error:
+        message = str(error)
+        for needle in needles:
+            assert needle in message, f"{needle!r} not in {message!r}"
+    else:
+        raise AssertionError(f"{function.__name__}{args} {kwargs} was accepted; expected {error_type.__name__} "
+                             f"with {needles}")
+    assert len(CALLS) == calls, "a refused call reached the library"
+
+
+# ---- flash_attn_varlen_func: packed q and k/v -----------------------------------------------------------------
+
+batch, total_q, total_k, heads, heads_kv, d = 3, 353, 700, 8, 2, 128
+q = Tensor((total_q, heads, d), bf)
+k, v = Tensor((total_k, heads_kv, d), bf), Tensor((total_k, heads_kv, d), bf)
+cu_q, cu_k = Tensor((batch + 1,), i32), Tensor((batch + 1,), i32)
+out, lse = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True,
+                                         return_lse=True)
+assert out.shape == (total_q, heads, d) and out.dtype is bf and lse.shape == (heads, total_q)
+assert lse.dtype is torch.float32
+p = last_call()
+assert p.struct_size == ctypes.sizeof(_capi.ForwardParams)
+assert (p.dtype, p.causal, p.batch, p.seqlen_q, p.seqlen_k) == (_capi.DTYPE_BF16, 1, batch, total_q, total_k)
+assert (p.num_heads, p.num_heads_kv, p.head_dim, p.head_dim_v) == (heads, heads_kv, d, d)
+assert (p.q.data, p.q.stride_batch, p.q.stride_seq, p.q.stride_head) == (q.data_ptr(), 0, heads * d, d)
+assert (p.k.data, p.k.stride_batch, p.k.stride_seq, p.k.stride_head) == (k.data_ptr(), 0, heads_kv * d, d)
+assert (p.v.data, p.v.stride_seq) == (v.data_ptr(), heads_kv * d)
+assert (p.out.data, p.out.stride_batch, p.out.stride_seq) == (out.data_ptr(), 0, heads * d)
+assert p.lse == lse.data_ptr() and p.softmax_scale == 0.0
+assert (p.out_dtype, p.quant, p.q_descale.data) == (_capi.DTYPE_DEFAULT, _capi.QUANT_NONE, None)
+assert (p.cu_seqlens_q, p.max_seqlen_q, p.cu_seqlens_k, p.max_seqlen_k) == (cu_q.data_ptr(), 239, cu_k.data_ptr(), 400)
+assert p.seqused_k is None and p.page_table is None and (p.max_pages, p.num_pages, p.page_size) == (0, 0, 0)
+# num_splits 0 (the heuristic) may split: the workspace is sized through the C ABI and allocated with torch.
+assert (p.num_splits, p.pack_gqa) == (0, -1)
+assert len(SIZE_QUERIES) == 1 and SIZE_QUERIES[-1].num_splits == 0 and SIZE_QUERIES[-1].workspace is None
+workspace = ALLOCATIONS[-1]
+assert workspace.shape == (WORKSPACE_BYTES,) and workspace.dtype is torch.uint8 and workspace.device == q.device
+assert (p.workspace, p.workspace_bytes) == (workspace.data_ptr(), WORKSPACE_BYTES)
+assert CALLS[-1][3] == 0x5151 and CALLS[-1][1] is None  # torch's current stream; the tile table's kernel
+
+# num_splits 1: no workspace, no size query; pack_gqa and softmax_scale reach the struct; a given out is used.
+out_given = Tensor((total_q, heads, d), bf)
+result = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, softmax_scale=0.5, num_splits=1,
+                                       pack_gqa=True, out=out_given)
+assert result is out_given and len(SIZE_QUERIES) == 1
+p = last_call()
+assert (p.num_splits, p.pack_gqa, p.softmax_scale, p.workspace, p.workspace_bytes) == (1, 1, 0.5, None, 0)
+assert p.out.data == out_given.data_ptr() and p.lse is None
+
+# Dense k/v with seqused_k; FlashAttention-3's keyword names at their defaults are accepted.
+k4, v4 = Tensor((batch, 512, heads_kv, d), bf), Tensor((batch, 512, heads_kv, d), bf)
+used = Tensor((batch,), i32)
+fa3jit.flash_attn_varlen_func(q, k4, v4, cu_q, max_seqlen_q=200, seqused_k=used, num_splits=3, pack_gqa=False,
+                              window_size=(-1, -1), softcap=0.0, deterministic=True, return_attn_probs=False)
+p = last_call()
+assert (p.seqlen_k, p.k.stride_batch, p.k.stride_seq, p.seqused_k, p.cu_seqlens_k) == (
+    512, 512 * heads_kv * d, heads_kv * d, used.data_ptr(), None)
+assert (p.num_splits, p.pack_gqa, p.max_seqlen_k) == (3, 0, 512)
+
+# A paged cache through the varlen entry point: pages, page table and seqused_k.
+pages, page_size, max_pages = 40, 64, 9
+kp, vp = Tensor((pages, page_size, heads_kv, d), bf), Tensor((pages, page_size, heads_kv, d), bf)
+table = Tensor((batch, 16), i32, strides=(16, 1))  # rows padded to 16 entries: page_table_stride 16
+table.shape = (batch, max_pages)
+fa3jit.flash_attn_varlen_func(q, kp, vp, cu_q, max_seqlen_q=239, seqused_k=used, page_table=table)
+p = last_call()
+assert (p.page_table, p.page_table_stride, p.max_pages, p.num_pages, p.page_size) == (
+    table.data_ptr(), 16, max_pages, pages, page_size)
+assert (p.k.stride_batch, p.k.stride_seq, p.k.stride_head) == (page_size * heads_kv * d, heads_kv * d, d)
+assert p.max_seqlen_k == max_pages * page_size and p.seqused_k == used.data_ptr()
+
+# ---- flash_attn_with_kvcache ------------------------------------------------------------------------------
+
+# Decode over a paged cache, cache_seqlens an int: a (batch,) int32 tensor on q's device.
+qd = Tensor((batch, 1, heads, d), bf)
+before = len(ALLOCATIONS)
+out, lse = fa3jit.flash_attn_with_kvcache(qd, kp, vp, 100, table, num_splits=1, return_softmax_lse=True)
+assert out.shape == (batch, 1, heads, d) and lse.shape == (batch, heads, 1)
+seqlens = [t for t in ALLOCATIONS[before:] if t.dtype is i32]
+assert len(seqlens) == 1 and seqlens[0].shape == (batch,) and seqlens[0].filled == 100
+p = last_call()
+assert (p.batch, p.seqlen_q, p.q.stride_batch, p.cu_seqlens_q) == (batch, 1, heads * d, None)
+assert (p.seqused_k, p.page_table, p.page_size) == (seqlens[0].data_ptr(), table.data_ptr(), page_size)
+assert (p.num_splits, p.workspace) == (1, None)
+
+# None with a page table: every page of every sequence (max_pages * page_size keys).
+before = len(ALLOCATIONS)
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, page_table=table, num_splits=1)
+assert [t.filled for t in ALLOCATIONS[before:] if t.dtype is i32] == [max_pages * page_size]
+
+# A dense cache with a (batch,) tensor, varlen q (chunked prefill).
+kc, vc = Tensor((batch, 1000, heads_kv, d), bf), Tensor((batch, 1000, heads_kv, d), bf)
+fa3jit.flash_attn_with_kvcache(q, kc, vc, used, cu_seqlens_q=cu_q, max_seqlen_q=239, causal=True)
+p = last_call()
+assert (p.seqlen_q, p.seqlen_k, p.seqused_k, p.cu_seqlens_q, p.max_seqlen_q) == (
+    total_q, 1000, used.data_ptr(), cu_q.data_ptr(), 239)
+assert (p.num_splits, p.pack_gqa, p.max_seqlen_k) == (0, -1, 1000)
+# A dense cache and no cache_seqlens: every key, no tensor made.
+before = len(ALLOCATIONS)
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, num_splits=1)
+assert not [t for t in ALLOCATIONS[before:] if t.dtype is i32] and last_call().seqused_k is None
+
+# ---- nothing to compute: no call ----------------------------------------------------------------------------
+
+calls = len(CALLS)
+out, lse = fa3jit.flash_attn_varlen_func(q, Tensor((0, heads_kv, d), bf), Tensor((0, heads_kv, d), bf), cu_q, cu_k,
+                                         239, 0, return_lse=True)
+assert len(CALLS) == calls and out.filled == 0.0 and lse.filled == -math.inf
+out = fa3jit.flash_attn_varlen_func(Tensor((0, heads, d), bf), k, v, cu_q, cu_k, 0, 400)
+assert len(CALLS) == calls and out.shape == (0, heads, d)
+
+# ---- refused before the library, without a GPU ----------------------------------------------------------------
+
+varlen, kvcache = fa3jit.flash_attn_varlen_func, fa3jit.flash_attn_with_kvcache
+expect(ValueError, ["cu_seqlens_q.dtype is torch.int64", "torch.int32"], varlen, q, k, v,
+       Tensor((batch + 1,), torch.int64), cu_k)
+expect(ValueError, ["cu_seqlens_k has shape (2,)", "(batch + 1,) = (4,)"], varlen, q, k, v, cu_q, Tensor((2,), i32))
+expect(ValueError, ["cu_seqlens_q must be contiguous"], varlen, q, k, v, Tensor((batch + 1,), i32, strides=(2,)),
+       cu_k)
+expect(ValueError, ["page_table must have 2 dimensions", "(batch, max_pages_per_sequence)"], varlen, q, kp, vp,
+       cu_q, seqused_k=used, page_table=Tensor((batch * max_pages,), i32))
+expect(ValueError, ["page_table must be contiguous in its last dimension"], varlen, q, kp, vp, cu_q,
+       seqused_k=used, page_table=Tensor((batch, max_pages), i32, strides=(1, batch)))
+expect(ValueError, ["page_size", "is 12", "multiples of 8"], varlen, q, Tensor((pages, 12, heads_kv, d), bf),
+       Tensor((pages, 12, heads_kv, d), bf), cu_q, seqused_k=used, page_table=table)
+expect(ValueError, ["page_size", "is 12"], kvcache, qd, Tensor((pages, 12, heads_kv, d), bf),
+       Tensor((pages, 12, heads_kv, d), bf), used, table)
+expect(ValueError, ["seqused_k is None", "required with page_table"], varlen, q, kp, vp, cu_q, page_table=table)
+expect(ValueError, ["cu_seqlens_k and page_table are exclusive"], varlen, q, kp, vp, cu_q, cu_k, seqused_k=used,
+       page_table=table)
+expect(ValueError, ["seqused_k.dtype is torch.int64"], varlen, q, k4, v4, cu_q, seqused_k=Tensor((batch,),
+                                                                                              torch.int64))
+expect(ValueError, ["cache_seqlens has shape (2,)"], kvcache, qd, kc, vc, Tensor((2,), i32))
+expect(ValueError, ["cache_seqlens is 1001", "capacity 1000"], kvcache, qd, kc, vc, 1001)
+expect(ValueError, ["q must have 3 dimensions"], varlen, qd, k, v, cu_q, cu_k)
+expect(ValueError, ["q must have 4 dimensions"], kvcache, q, kc, vc)
+expect(ValueError, ["k must have 3 dimensions", "(total_k, num_heads_kv, head_dim)"], varlen, q, k4, v4, cu_q, cu_k)
+expect(ValueError, ["v has shape", "must equal k's"], varlen, q, k, Tensor((total_k - 1, heads_kv, d), bf), cu_q,
+       cu_k)
+expect(ValueError, ["k_cache has shape", "batch = 3"], kvcache, qd, Tensor((2, 1000, heads_kv, d), bf),
+       Tensor((2, 1000, heads_kv, d), bf))
+expect(ValueError, ["k.dtype is torch.float16 but q.dtype is torch.bfloat16"], varlen, q,
+       Tensor((total_k, heads_kv, d), torch.float16), v, cu_q, cu_k)
+expect(ValueError, ["q.dtype is torch.float8_e4m3fn", "flash_attn_func"], varlen,
+       Tensor((total_q, heads, d), torch.float8_e4m3fn), k, v, cu_q, cu_k)
+expect(ValueError, ["num_splits is -1"], varlen, q, k, v, cu_q, cu_k, num_splits=-1)
+expect(ValueError, ["pack_gqa is 2"], kvcache, qd, kc, vc, pack_gqa=2)
+expect(ValueError, ["max_seqlen_q is -3"], varlen, q, k, v, cu_q, cu_k, max_seqlen_q=-3)
+expect(ValueError, ["cu_seqlens_k is on cuda:1; expected q's device cuda:0"], varlen, q, k, v, cu_q,
+       Tensor((batch + 1,), i32, "cuda:1"), 239, 400)
+expect(ValueError, ["page_table is on cpu"], kvcache, qd, kp, vp, used, Tensor((batch, max_pages), i32, "cpu"))
+expect(ValueError, ["q is on cpu; expected a CUDA tensor"], varlen, Tensor((total_q, heads, d), bf, "cpu"), k, v,
+       cu_q, cu_k)
+expect(ValueError, ["out is", "expected torch.bfloat16 (353, 8, 128)"], varlen, q, k, v, cu_q, cu_k, 239, 400,
+       out=Tensor((total_q, heads, 64), bf))
+expect(TypeError, ["cache_seqlens"], kvcache, qd, kc, vc, True)
+expect(TypeError, ["q: expected a torch.Tensor"], varlen, [1, 2], k, v, cu_q, cu_k)
+
+# FlashAttention-3 arguments fa3jit does not implement yet: NotImplementedError naming each, never ignored.
+for kwargs in (dict(window_size=(128, 0)), dict(softcap=30.0), dict(sinks=Tensor((heads,), torch.float32)),
+               dict(scheduler_metadata=Tensor((4,), i32)), dict(seqused_q=used), dict(qv=q),
+               dict(q_descale=Tensor((batch, heads_kv), torch.float32)), dict(attention_chunk=512),
+               dict(sm_margin=4)):
+    (name,) = kwargs
+    expect(NotImplementedError, [f"{name}=", "not supported by fa3jit"], varlen, q, k, v, cu_q, cu_k, **kwargs)
+for kwargs in (dict(k=qd, v=qd), dict(rotary_cos=Tensor((1000, 64), bf), rotary_sin=Tensor((1000, 64), bf)),
+               dict(cache_batch_idx=used), dict(cache_leftpad=used), dict(window_size=[-1, 0]), dict(softcap=1.0),
+               dict(sinks=Tensor((heads,), torch.float32)), dict(scheduler_metadata=Tensor((4,), i32)),
+               dict(rotary_seqlens=used), dict(cu_seqlens_k_new=cu_k), dict(v_descale=Tensor((1,), torch.float32))):
+    name = next(iter(kwargs))
+    expect(NotImplementedError, [f"{name}=", "not supported by fa3jit"], kvcache, qd, kc, vc, **kwargs)
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, window_size=(-1, -1), rotary_interleaved=False, num_splits=1)
+
+print("ok")

@@ -1,0 +1,384 @@
+"""fa3jit.flash_attn_varlen_func and fa3jit.flash_attn_with_kvcache (FlashAttention-3's serving entry points).
+
+Without a GPU: the Python path with a torch stand-in (serving_stub_run.py: the checks before the device and the
+fa3jit_forward_params each call hands the library), and with torch on the CPU the errors of bad arguments.
+On an H100/H200: packed variable-length batches (lengths 0, 1, 113, 239 and a few hundred), GQA 1:1, 4:1 and 8:1,
+head_dim 64/128/256, fp16 and bf16, causal and not; paged caches of page sizes 16, 64 and 128 with shuffled page
+tables whose unused entries hold garbage; decoding with num_splits 1, 3 and 0 (the heuristic), dense and paged.
+Each sequence is compared with a float64 reference (bottom-right causal mask: query i of a sequence of Lq rows
+and Lk keys sees key j iff j <= i + Lk - Lq) with FlashAttention-3's rule (attention_reference.py), out poisoned
+with NaN before the call."""
+
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import fa3jit
+from fa3jit import _capi
+
+from support import ROOT, needs_gpu, needs_library, needs_torch
+
+# ---- without torch or a GPU -------------------------------------------------------------------------------
+
+
+@needs_library
+def test_python_path_without_torch_or_gpu():
+    """serving_stub_run.py: a torch stand-in, the library's forward and workspace-size calls recorded."""
+    script = pathlib.Path(__file__).resolve().parent / "serving_stub_run.py"
+    env = dict(os.environ, FA3JIT_LIBRARY=str(pathlib.Path(_capi.library_path()).resolve()))
+    result = subprocess.run([sys.executable, str(script), str(ROOT)], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout + result.stderr
+
+
+# ---- with torch, before the device (CPU tensors) -------------------------------------------------------------
+
+def _cpu_inputs(torch):
+    bf = torch.bfloat16
+    q = torch.zeros(10, 8, 128, dtype=bf)
+    k = torch.zeros(20, 2, 128, dtype=bf)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    cu_k = torch.tensor([0, 5, 20], dtype=torch.int32)
+    k_pages = torch.zeros(6, 16, 2, 128, dtype=bf)
+    table = torch.tensor([[0, 3, -5], [2, 10 ** 6, 1]], dtype=torch.int32)
+    used = torch.tensor([20, 7], dtype=torch.int32)
+    return q, k, cu, cu_k, k_pages, table, used
+
+
+@needs_library
+@needs_torch
+def test_bad_arguments_are_refused_before_the_device():
+    torch = pytest.importorskip("torch")
+    q, k, cu, cu_k, k_pages, table, used = _cpu_inputs(torch)
+    varlen, kvcache = fa3jit.flash_attn_varlen_func, fa3jit.flash_attn_with_kvcache
+    cases = [
+        (lambda: varlen(q, k, k, cu.long(), cu_k), ValueError, ["cu_seqlens_q.dtype is torch.int64", "torch.int32"]),
+        (lambda: varlen(q, k, k, cu, cu_k.float()), ValueError, ["cu_seqlens_k.dtype is torch.float32"]),
+        (lambda: varlen(q, k_pages, k_pages, cu, seqused_k=used, page_table=table.flatten()), ValueError,
+         ["page_table must have 2 dimensions"]),
+        (lambda: varlen(q, k_pages[:, :12], k_pages[:, :12], cu, seqused_k=used, page_table=table), ValueError,
+         ["page_size", "12", "multiples of 8"]),
+        (lambda: kvcache(q[None, :2], k_pages[:, :12], k_pages[:, :12], used, table[:1]), ValueError,
+         ["page_size", "12"]),
+        (lambda: varlen(q, k_pages, k_pages, cu, page_table=table), ValueError, ["seqused_k is None"]),
+        (lambda: varlen(q, k, k, cu, cu_k, seqused_k=used.long()), ValueError, ["seqused_k.dtype is torch.int64"]),
+        (lambda: varlen(q, k, k, torch.tensor([0, 1, 2, 3, 4, 5], dtype=torch.int32)[::2], cu_k), ValueError,
+         ["cu_seqlens_q must be contiguous"]),
+        (lambda: kvcache(q[None], k[None], k[None], table[0]), ValueError, ["cache_seqlens has shape (3,)"]),
+        (lambda: varlen(q, k, k, cu, cu_k, window_size=(64, 0)), NotImplementedError, ["window_size=(64, 0)"]),
+        (lambda: varlen(q, k, k, cu, cu_k, softcap=50.0), NotImplementedError, ["softcap=50.0"]),
+        (lambda: kvcache(q[None], k[None], k[None], k=q[None], v=q[None]), NotImplementedError, ["k=<tensor"]),
+        (lambda: kvcache(q[None], k[None], k[None], rotary_cos=k, rotary_sin=k), NotImplementedError,
+         ["rotary_cos="]),
+        (lambda: kvcache(q[None], k[None], k[None], scheduler_metadata=used), NotImplementedError,
+         ["scheduler_metadata="]),
+        (lambda: kvcache(q[None], k[None], k[None], sinks=used.float()), NotImplementedError, ["sinks="]),
+        (lambda: varlen(q, k, k, cu, cu_k), ValueError, ["q is on cpu; expected a CUDA tensor"]),
+    ]
+    for call, error_type, needles in cases:
+        with pytest.raises(error_type) as info:
+            call()
+        assert all(needle in str(info.value) for needle in needles), (needles, str(info.value))
+
+
+# ---- on the GPU: float64 reference per sequence ----------------------------------------------------------------
+
+NUM_HEADS = 8
+DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def _torch_dtype(torch, name):
+    return getattr(torch, DTYPES[name])
+
+
+def _sequence_reference(torch, q, k, v, causal, softmax_scale=None):
+    """One sequence, q (Lq, h, d), k and v (Lk, hkv, d): (out float64, lse float64 (h, Lq), out in the input dtype
+    by the same math in that dtype), with attention_reference.attention_ref."""
+    from attention_reference import attention_ref
+    if k.shape[0] == 0:
+        out = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.float64, device=q.device)
+        lse = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=torch.float64, device=q.device)
+        return out, lse, out.to(q.dtype)
+    out64, lse64 = attention_ref(q[None].double(), k[None].double(), v[None].double(), causal, softmax_scale,
+                                 upcast=False)
+    out_lowp, _ = attention_ref(q[None], k[None], v[None], causal, softmax_scale, upcast=False, reorder_ops=True)
+    return out64[0], lse64[0].double(), out_lowp[0]
+
+
+def _check(torch, out, lse, sequences, causal, softmax_scale=None):
+    """sequences: (q rows of out / lse as a slice or index tensor, q (Lq, h, d), k (Lk, hkv, d), v). FlashAttention-3's
+    rule over the whole batch: max |out - ref| <= 2 x the in-dtype math's + 2 x the output dtype's rounding; rows
+    that see no key exactly 0 with lse -inf; lse of the others within LSE_ATOL + LSE_RTOL |lse|."""
+    from attention_reference import LSE_ATOL, LSE_RTOL
+    assert not torch.isnan(out).any(), "out has NaN (a row left unwritten, or read garbage)"
+    err = pt_err = rounding = 0.0
+    for rows, q, k, v in sequences:
+        lq, lk = q.shape[0], k.shape[0]
+        if lq == 0:
+            continue
+        got = out[rows]
+        ref, lse_ref, lowp = _sequence_reference(torch, q, k, v, causal, softmax_scale)
+        err = max(err, (got.double() - ref).abs().max().item())
+        pt_err = max(pt_err, (lowp.double() - ref).abs().max().item())
+        ref_dt = ref.to(out.dtype)
+        rounding = max(rounding, (ref_dt + 0.3 - 0.3 - ref_dt).abs().max().item())
+        first_visible = max(0, lq - lk) if causal else (0 if lk > 0 else lq)
+        if first_visible:
+            assert torch.count_nonzero(got[:first_visible]).item() == 0, "rows that see no key must be exactly 0"
+        if lse is None:
+            continue
+        got_lse = lse(rows)  # (h, Lq)
+        if first_visible:
+            assert torch.all(got_lse[:, :first_visible] == -math.inf), "lse of rows that see no key must be -inf"
+        visible, visible_ref = got_lse[:, first_visible:].double(), lse_ref[:, first_visible:]
+        assert torch.isfinite(visible).all(), "lse of rows that see keys must be finite"
+        worst = ((visible - visible_ref).abs() - LSE_ATOL - LSE_RTOL * visible_ref.abs()).max().item() \
+            if visible.numel() else -1.0
+        assert worst <= 0, f"lse off by {worst:.3e} beyond {LSE_ATOL} + {LSE_RTOL} |lse|"
+    allowed = 2 * pt_err + 2 * rounding
+    assert err <= allowed, (f"max |out - ref| = {err:.3e} > {allowed:.3e} (2 x in-dtype {pt_err:.3e} + 2 x rounding "
+                            f"{rounding:.3e})")
+
+
+def _randn(torch, generator, dtype, *shape):
+    return torch.randn(shape, generator=generator, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def _cu_seqlens(torch, lengths):
+    offsets = [0]
+    for length in lengths:
+        offsets.append(offsets[-1] + length)
+    return torch.tensor(offsets, dtype=torch.int32, device="cuda"), offsets
+
+
+def _paged_cache(torch, generator, dtype, keys, values, page_size, garbage_pages=3):
+    """A paged cache holding each sequence's keys/values (lists of (L, hkv, d)) in pages spread over the cache in
+    shuffled order, sequences interleaved; unused rows and pages hold large finite garbage (so a wrong read shows),
+    unused page-table entries -5 or 10**6. Returns k_cache, v_cache, page_table (batch, max_pages)."""
+    needed = [-(-k.shape[0] // page_size) for k in keys]
+    num_pages = sum(needed) + garbage_pages
+    heads_kv, head_dim = keys[0].shape[1], keys[0].shape[2]
+    k_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, head_dim) * 30
+    v_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, head_dim) * 30
+    max_pages = max(needed) + 2
+    table = torch.tensor([[-5 if j % 2 else 10 ** 6 for j in range(max_pages)] for _ in keys], dtype=torch.int32)
+    physical = torch.randperm(num_pages, generator=torch.Generator().manual_seed(num_pages)).tolist()
+    order = [(b, j) for j in range(max(needed)) for b in range(len(keys)) if j < needed[b]]  # interleaved
+    for (b, j), page in zip(order, physical):
+        table[b, j] = page
+        rows = keys[b][j * page_size:(j + 1) * page_size]
+        k_cache[page, :rows.shape[0]] = rows
+        v_cache[page, :rows.shape[0]] = values[b][j * page_size:(j + 1) * page_size]
+    return k_cache, v_cache, table.cuda()
+
+
+def _varlen_cases():
+    cases = []
+    index = 0
+    for dtype in ("fp16", "bf16"):
+        for head_dim in (64, 128, 256):
+            for causal in (False, True):
+                group = (1, 4, 8)[index % 3]
+                index += 1
+                cases.append(pytest.param(dtype, head_dim, causal, group,
+                                          id=f"{dtype}-d{head_dim}-{'causal' if causal else 'full'}-gqa{group}"))
+    return cases
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype_name, head_dim, causal, group", _varlen_cases())
+def test_varlen_packed_q_and_kv(dtype_name, head_dim, causal, group):
+    torch = pytest.importorskip("torch")
+    dtype = _torch_dtype(torch, dtype_name)
+    generator = torch.Generator(device="cuda").manual_seed(head_dim * 10 + group + causal)
+    q_lengths = [0, 1, 113, 239, 300, 1, 457, 64]
+    k_lengths = [5, 0, 113, 300, 239, 1000, 457, 1]
+    heads_kv = NUM_HEADS // group
+    cu_q, offsets_q = _cu_seqlens(torch, q_lengths)
+    cu_k, offsets_k = _cu_seqlens(torch, k_lengths)
+    q = _randn(torch, generator, dtype, offsets_q[-1], NUM_HEADS, head_dim)
+    k = _randn(torch, generator, dtype, offsets_k[-1], heads_kv, head_dim)
+    v = _randn(torch, generator, dtype, offsets_k[-1], heads_kv, head_dim)
+    out = torch.full_like(q, math.nan)
+    result, lse = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lengths), max(k_lengths), causal=causal,
+                                                out=out, return_lse=True)
+    assert result is out and lse.shape == (NUM_HEADS, offsets_q[-1]) and lse.dtype == torch.float32
+    sequences = [(slice(offsets_q[b], offsets_q[b + 1]), q[offsets_q[b]:offsets_q[b + 1]],
+                  k[offsets_k[b]:offsets_k[b + 1]], v[offsets_k[b]:offsets_k[b + 1]]) for b in range(len(q_lengths))]
+    _check(torch, out, lambda rows: lse[:, rows], sequences, causal)
+    # max_seqlen_q / max_seqlen_k left None are computed from the offsets: the same call.
+    again = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, causal=causal)
+    assert torch.equal(again, out)
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_varlen_q_over_dense_kv_with_seqused_k(causal):
+    """cu_seqlens_q with k/v (batch, seqlen_k, ...) whose rows past seqused_k hold garbage."""
+    torch = pytest.importorskip("torch")
+    dtype, head_dim, heads_kv = torch.bfloat16, 128, 2
+    generator = torch.Generator(device="cuda").manual_seed(7 + causal)
+    q_lengths, k_used, seqlen_k = [113, 1, 0, 239], [300, 64, 17, 239], 320
+    cu_q, offsets = _cu_seqlens(torch, q_lengths)
+    q = _randn(torch, generator, dtype, offsets[-1], NUM_HEADS, head_dim)
+    k = _randn(torch, generator, dtype, len(q_lengths), seqlen_k, heads_kv, head_dim)
+    v = _randn(torch, generator, dtype, len(q_lengths), seqlen_k, heads_kv, head_dim)
+    for b, used in enumerate(k_used):
+        k[b, used:] = 1e3
+        v[b, used:] = 1e3
+    seqused = torch.tensor(k_used, dtype=torch.int32, device="cuda")
+    out, lse = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, max_seqlen_q=239, seqused_k=seqused, causal=causal,
+                                             return_lse=True)
+    sequences = [(slice(offsets[b], offsets[b + 1]), q[offsets[b]:offsets[b + 1]], k[b, :k_used[b]],
+                  v[b, :k_used[b]]) for b in range(len(q_lengths))]
+    _check(torch, out, lambda rows: lse[:, rows], sequences, causal)
+
+
+def _paged_cases():
+    cases = []
+    index = 0
+    for page_size in (16, 64, 128):
+        for head_dim in (64, 128, 256):
+            dtype = ("bf16", "fp16")[index % 2]
+            causal = index % 3 != 1
+            group = (8, 1, 4)[index % 3]
+            varlen_q = index % 2 == 0
+            index += 1
+            cases.append(pytest.param(page_size, head_dim, dtype, causal, group, varlen_q,
+                                      id=f"page{page_size}-d{head_dim}-{dtype}-{'causal' if causal else 'full'}-"
+                                         f"gqa{group}-{'varlen' if varlen_q else 'dense'}_q"))
+    return cases
+
+
+@needs_gpu
+@pytest.mark.parametrize("page_size, head_dim, dtype_name, causal, group, varlen_q", _paged_cases())
+def test_paged_kvcache(page_size, head_dim, dtype_name, causal, group, varlen_q):
+    """Chunked prefill / decode over a paged cache: flash_attn_with_kvcache with a shuffled page table."""
+    torch = pytest.importorskip("torch")
+    dtype = _torch_dtype(torch, dtype_name)
+    heads_kv = NUM_HEADS // group
+    generator = torch.Generator(device="cuda").manual_seed(page_size + head_dim + group)
+    cache_lengths = [300, 113, 1, 0, 239, 517]
+    q_lengths = [37, 113, 1, 0, 239, 5] if varlen_q else [7] * len(cache_lengths)
+    keys = [_randn(torch, generator, dtype, n, heads_kv, head_dim) for n in cache_lengths]
+    values = [_randn(torch, generator, dtype, n, heads_kv, head_dim) for n in cache_lengths]
+    k_cache, v_cache, table = _paged_cache(torch, generator, dtype, keys, values, page_size)
+    cache_seqlens = torch.tensor(cache_lengths, dtype=torch.int32, device="cuda")
+    if varlen_q:
+        cu_q, offsets = _cu_seqlens(torch, q_lengths)
+        q = _randn(torch, generator, dtype, offsets[-1], NUM_HEADS, head_dim)
+        out = torch.full_like(q, math.nan)
+        fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, table, cu_seqlens_q=cu_q,
+                                       max_seqlen_q=max(q_lengths), causal=causal, out=out)
+        out_again, lse = fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, table, cu_seqlens_q=cu_q,
+                                                        max_seqlen_q=max(q_lengths), causal=causal, return_lse=True)
+        assert lse.shape == (NUM_HEADS, offsets[-1])
+        sequences = [(slice(offsets[b], offsets[b + 1]), q[offsets[b]:offsets[b + 1]], keys[b], values[b])
+                     for b in range(len(q_lengths))]
+        lse_of = lambda rows: lse[:, rows]  # noqa: E731
+    else:
+        q = _randn(torch, generator, dtype, len(cache_lengths), q_lengths[0], NUM_HEADS, head_dim)
+        out = torch.full_like(q, math.nan)
+        fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, table, causal=causal, out=out)
+        out_again, lse = fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, table, causal=causal,
+                                                        return_lse=True)
+        assert lse.shape == (len(cache_lengths), NUM_HEADS, q_lengths[0])
+        sequences = [(b, q[b], keys[b], values[b]) for b in range(len(cache_lengths))]
+        lse_of = lambda b: lse[b]  # noqa: E731
+    assert torch.equal(out, out_again)
+    _check(torch, out, lse_of, sequences, causal)
+
+
+@needs_gpu
+def test_paged_cache_through_flash_attn_varlen_func():
+    torch = pytest.importorskip("torch")
+    dtype, head_dim, heads_kv, page_size = torch.bfloat16, 128, 2, 64
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    q_lengths, cache_lengths = [113, 1, 239], [113, 700, 239]
+    keys = [_randn(torch, generator, dtype, n, heads_kv, head_dim) for n in cache_lengths]
+    values = [_randn(torch, generator, dtype, n, heads_kv, head_dim) for n in cache_lengths]
+    k_cache, v_cache, table = _paged_cache(torch, generator, dtype, keys, values, page_size)
+    cu_q, offsets = _cu_seqlens(torch, q_lengths)
+    q = _randn(torch, generator, dtype, offsets[-1], NUM_HEADS, head_dim)
+    seqused = torch.tensor(cache_lengths, dtype=torch.int32, device="cuda")
+    out, lse = fa3jit.flash_attn_varlen_func(q, k_cache, v_cache, cu_q, max_seqlen_q=239, seqused_k=seqused,
+                                             page_table=table, causal=True, return_lse=True)
+    sequences = [(slice(offsets[b], offsets[b + 1]), q[offsets[b]:offsets[b + 1]], keys[b], values[b])
+                 for b in range(len(q_lengths))]
+    _check(torch, out, lambda rows: lse[:, rows], sequences, True)
+
+
+def _decode_cases():
+    cases = []
+    index = 0
+    for num_splits in (1, 3, 0):
+        for paged in (False, True):
+            head_dim = (64, 128, 256)[index % 3]
+            group = (8, 4, 1)[(index // 2) % 3]
+            pack_gqa = (None, True, False)[index % 3]
+            index += 1
+            cases.append(pytest.param(num_splits, paged, head_dim, group, pack_gqa,
+                                      id=f"splits{num_splits}-{'paged' if paged else 'dense'}-d{head_dim}-gqa{group}-"
+                                         f"pack{pack_gqa}"))
+    return cases
+
+
+@needs_gpu
+@pytest.mark.parametrize("num_splits, paged, head_dim, group, pack_gqa", _decode_cases())
+def test_decode(num_splits, paged, head_dim, group, pack_gqa):
+    """seqlen_q = 1 per sequence over caches of 0 to a few thousand keys; num_splits 1, 3 and 0 (the heuristic,
+    which splits such a small grid), the workspace sized through the C ABI and allocated by the call."""
+    torch = pytest.importorskip("torch")
+    dtype = torch.bfloat16 if head_dim != 128 else torch.float16
+    heads_kv = NUM_HEADS // group
+    generator = torch.Generator(device="cuda").manual_seed(num_splits * 100 + head_dim + group)
+    cache_lengths = [2049, 1, 113, 0, 239, 777]
+    batch = len(cache_lengths)
+    q = _randn(torch, generator, dtype, batch, 1, NUM_HEADS, head_dim)
+    if paged:
+        keys = [_randn(torch, generator, dtype, n, heads_kv, head_dim) for n in cache_lengths]
+        values = [_randn(torch, generator, dtype, n, heads_kv, head_dim) for n in cache_lengths]
+        k_cache, v_cache, table = _paged_cache(torch, generator, dtype, keys, values, 64)
+    else:
+        capacity = max(cache_lengths) + 31
+        k_cache = _randn(torch, generator, dtype, batch, capacity, heads_kv, head_dim)
+        v_cache = _randn(torch, generator, dtype, batch, capacity, heads_kv, head_dim)
+        for b, n in enumerate(cache_lengths):
+            k_cache[b, n:] = 1e3
+            v_cache[b, n:] = 1e3
+        keys = [k_cache[b, :n] for b, n in enumerate(cache_lengths)]
+        values = [v_cache[b, :n] for b, n in enumerate(cache_lengths)]
+        table = None
+    cache_seqlens = torch.tensor(cache_lengths, dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, math.nan)
+    result, lse = fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, table, causal=True,
+                                                 num_splits=num_splits, pack_gqa=pack_gqa, out=out,
+                                                 return_lse=True)
+    assert result is out and lse.shape == (batch, NUM_HEADS, 1)
+    _check(torch, out, lambda b: lse[b], [(b, q[b], keys[b], values[b]) for b in range(batch)], True)
+    if num_splits != 1:
+        # Split or not, the result is the same attention: the partials and their merge are fp32, so the two
+        # differ by the final rounding at most (two units in the last place here).
+        single = fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, table, causal=True,
+                                                num_splits=1, pack_gqa=pack_gqa)
+        bound = 2 * torch.finfo(dtype).eps * max(1.0, out.float().abs().max().item())
+        assert (single.float() - out.float()).abs().max().item() <= bound
+
+
+@needs_gpu
+def test_nothing_to_compute():
+    """No query rows, or no keys at all: nothing is launched; rows that see no key are 0 with lse -inf."""
+    torch = pytest.importorskip("torch")
+    q = torch.randn(5, NUM_HEADS, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.empty(0, 2, 64, device="cuda", dtype=torch.bfloat16)
+    cu_q = torch.tensor([0, 2, 5], dtype=torch.int32, device="cuda")
+    cu_k = torch.zeros(3, dtype=torch.int32, device="cuda")
+    out, lse = fa3jit.flash_attn_varlen_func(q, k, k, cu_q, cu_k, return_lse=True)
+    assert torch.count_nonzero(out).item() == 0 and torch.all(lse == -math.inf)
+    empty = fa3jit.flash_attn_varlen_func(q[:0], q[:, :2], q[:, :2], torch.zeros(3, dtype=torch.int32,
+                                                                                 device="cuda"), cu_q)
+    assert empty.shape == (0, NUM_HEADS, 64)

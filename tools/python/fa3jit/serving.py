@@ -1,0 +1,475 @@
+"""flash_attn_varlen_func and flash_attn_with_kvcache: FlashAttention-3's serving entry points over the C ABI.
+
+The layouts are the ones of fa3jit_forward_params' serving fields (runtime/include/fa3jit/fa3jit.h, "Serving
+layouts"): packed variable-length q (cu_seqlens_q), packed variable-length k/v (cu_seqlens_k), a paged KV cache
+(page_table + seqused_k) and split-KV decoding (num_splits, merged by the combine kernel on the same stream).
+Names, shapes and defaults follow FlashAttention-3's hopper/flash_attn_interface.py; what FlashAttention-3 takes
+and fa3jit does not implement yet raises NotImplementedError naming the argument.
+
+Per call, Python checks what the library cannot see (torch dtypes, ranks, that k and v agree, the index tensors'
+dtype, rank and contiguity, one device for all), asks the library for the workspace size when the call may split
+(num_splits != 1) and allocates it with torch's caching allocator on q's device, then packs one struct and calls
+fa3jit_attention_forward on torch's current stream. Strides, extents, head counts and head dims are the library's
+checks, which name the argument. The index tensors' values are never read on the host (the kernel clamps them),
+except where a max_seqlen_* argument is left None (one device-to-host copy: pass it in a serving loop and under
+CUDA-graph capture).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from typing import Any, Optional, Tuple, Union
+
+from . import _capi
+from . import attention as _attention
+
+_pack_params = _capi.PARAMS_SERVING_CALL_STRUCT.pack_into
+_pack_workspace = _capi.WORKSPACE_STRUCT.pack_into
+_PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
+_WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
+# Per thread: (ForwardParams, its address, a c_size_t for the workspace size and its byref).
+_local = threading.local()
+
+
+def _thread_params() -> Tuple[_capi.ForwardParams, int, ctypes.c_size_t, Any]:
+    params = _capi.ForwardParams()
+    size = ctypes.c_size_t()
+    entry = (params, ctypes.addressof(params), size, ctypes.byref(size))
+    _local.params = entry
+    return entry
+
+
+# ---- arguments FlashAttention-3 has and fa3jit does not implement yet ------------------------------------------
+
+def _refuse_unsupported(function: str, **arguments: Any) -> None:
+    """NotImplementedError for the first argument that asks for a feature fa3jit lacks; each is accepted at its
+    FlashAttention-3 default ("off"), so code written for FlashAttention-3 that leaves them alone runs."""
+    for name, value in arguments.items():
+        if name == "window_size":
+            if value is None or tuple(value) == (-1, -1):
+                continue
+            what = "sliding-window (local) attention"
+        elif name in ("softcap", "attention_chunk", "sm_margin"):
+            if value == 0:
+                continue
+            what = {"softcap": "score soft-capping", "attention_chunk": "chunked attention",
+                    "sm_margin": "reserving SMs"}[name]
+        elif value is None:
+            continue
+        elif name in ("k", "v", "cu_seqlens_k_new"):
+            what = "appending new keys and values into the cache (write them into k_cache / v_cache first)"
+        elif name.startswith("rotary"):
+            what = "rotary embedding inside the attention call"
+        elif name.endswith("_descale"):
+            what = "FP8 (float8_e4m3fn) serving layouts; fa3jit.flash_attn_func takes FP8 inputs"
+        else:
+            what = {"qv": "the qv operand", "sinks": "attention sinks",
+                    "scheduler_metadata": "precomputed scheduler metadata (fa3jit plans its own schedule)",
+                    "seqused_q": "seqused_q (use cu_seqlens_q)", "cache_batch_idx": "cache_batch_idx",
+                    "cache_leftpad": "left-padded caches"}.get(name, name)
+        raise NotImplementedError(f"{function}: {name}={_short(value)} is not supported by fa3jit yet ({what}); "
+                                  f"leave it at FlashAttention-3's default")
+
+
+def _short(value: Any) -> str:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):  # a tensor: its shape and dtype, not its values
+        return f"<tensor {tuple(value.shape)} {value.dtype}>"
+    return repr(value)
+
+
+# ---- checks before the device (no GPU needed) --------------------------------------------------------------
+
+def _tensor(x: Any, name: str) -> Any:
+    return x if isinstance(x, _attention._Tensor) else _attention._as_tensor(x, name)
+
+
+def _dtype_code(q: Any, k: Any, v: Any, names: Tuple[str, str]) -> int:
+    code = _attention._DTYPE_CODES.get(q.dtype)
+    if code is None or code == _capi.DTYPE_E4M3:
+        raise ValueError(f"q.dtype is {q.dtype}; expected torch.float16 or torch.bfloat16 (FP8 inputs: "
+                         f"fa3jit.flash_attn_func)")
+    for t, name in zip((k, v), names):
+        if t.dtype is not q.dtype:
+            raise ValueError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}; they must match")
+    return code
+
+
+def _rank(t: Any, name: str, layout: str) -> None:
+    ndim = layout.count(",") + 1
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions {layout}; got shape {tuple(t.shape)}")
+
+
+def _index_tensor(t: Any, name: str, layout: str, shape: Tuple[Optional[int], ...]) -> Any:
+    """An int32 index tensor of `shape` (None: any extent) whose last dimension is contiguous."""
+    t = _tensor(t, name)
+    if t.dtype is not _attention._torch.int32:
+        raise ValueError(f"{name}.dtype is {t.dtype}; expected torch.int32 {layout}")
+    if t.dim() != len(shape):
+        raise ValueError(f"{name} must have {len(shape)} dimension{'s' if len(shape) > 1 else ''} {layout}; got "
+                         f"shape {tuple(t.shape)}")
+    if any(want is not None and got != want for got, want in zip(t.shape, shape)):
+        expected = tuple("*" if want is None else want for want in shape)
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {layout} = {expected}".replace("'*'", "*"))
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must be contiguous{' in its last dimension' if len(shape) > 1 else ''}; got "
+                         f"strides {tuple(t.stride())}")
+    return t
+
+
+def _last_dim_contiguous(**tensors: Any) -> None:
+    for name, t in tensors.items():
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); got strides "
+                             f"{tuple(t.stride())}")
+
+
+def _checked_options(num_splits: Any, pack_gqa: Any) -> Tuple[int, int]:
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"num_splits is {num_splits!r}; expected 0 (the heuristic), 1 (no split) or a number of "
+                         f"splits")
+    if pack_gqa is None:
+        return num_splits, -1
+    if pack_gqa not in (True, False):  # 0 and 1 too
+        raise ValueError(f"pack_gqa is {pack_gqa!r}; expected None (the heuristic), True or False")
+    return num_splits, 1 if pack_gqa else 0
+
+
+def _check_devices(q: Any, **tensors: Any) -> None:
+    device = q.device
+    if not q.is_cuda:
+        raise ValueError(f"q is on {device}; expected a CUDA tensor")
+    for name, t in tensors.items():
+        if t is not None and t.device != device:
+            raise ValueError(f"{name} is on {t.device}; expected q's device {device}")
+
+
+class _KV:
+    """k and v as the C ABI takes them: the layout's fields, checked against q."""
+    __slots__ = ("seqlen_k", "num_heads_kv", "head_dim_v", "k_strides", "v_strides", "cu_seqlens_k", "seqused_k",
+                 "page_table", "page_table_stride", "max_pages", "num_pages", "page_size", "capacity", "has_keys")
+
+
+def _kv_layout(k: Any, v: Any, names: Tuple[str, str], batch: int, head_dim: int, cu_seqlens_k: Any,
+               seqused_k: Any, page_table: Any, seqused_name: str) -> _KV:
+    """Checks k and v in one of the three layouts (dense, packed varlen, paged) and the index tensors that go
+    with it; no device access."""
+    kn, vn = names
+    kv = _KV()
+    kv.cu_seqlens_k = kv.page_table = None
+    kv.page_table_stride = kv.max_pages = kv.num_pages = kv.page_size = 0
+    if page_table is not None:
+        if cu_seqlens_k is not None:
+            raise ValueError("cu_seqlens_k and page_table are exclusive: a paged cache holds its keys in pages")
+        layout = "(num_pages, page_size, num_heads_kv, head_dim)"
+        _rank(k, kn, layout)
+        _rank(v, vn, layout.replace("head_dim)", "head_dim_v)"))
+        kv.page_table = _index_tensor(page_table, "page_table", "(batch, max_pages_per_sequence)", (batch, None))
+        kv.num_pages, kv.page_size = k.shape[0], k.shape[1]
+        if kv.page_size < 1 or kv.page_size % 8:
+            raise ValueError(f"page_size ({kn}.shape[1]) is {kv.page_size}; fa3jit supports page sizes that are "
+                             f"positive multiples of 8")
+        kv.max_pages = kv.page_table.shape[1]
+        kv.page_table_stride = kv.page_table.stride(0)
+        kv.capacity = kv.max_pages * kv.page_size
+        kv.seqlen_k = kv.capacity  # unused by the library with a page table
+        kv.has_keys = kv.num_pages > 0 and kv.max_pages > 0
+    elif cu_seqlens_k is not None:
+        layout = "(total_k, num_heads_kv, head_dim)"
+        _rank(k, kn, layout)
+        _rank(v, vn, layout.replace("head_dim)", "head_dim_v)"))
+        kv.cu_seqlens_k = _index_tensor(cu_seqlens_k, "cu_seqlens_k", "(batch + 1,)", (batch + 1,))
+        kv.seqlen_k = kv.capacity = k.shape[0]
+        kv.has_keys = kv.seqlen_k > 0
+    else:
+        layout = "(batch, seqlen_k, num_heads_kv, head_dim)"
+        _rank(k, kn, layout)
+        _rank(v, vn, layout.replace("head_dim)", "head_dim_v)"))
+        if k.shape[0] != batch:
+            raise ValueError(f"{kn} has shape {tuple(k.shape)}; expected {layout} with batch = {batch}")
+        kv.seqlen_k = kv.capacity = k.shape[1]
+        kv.has_keys = kv.seqlen_k > 0
+    if k.shape[-1] != head_dim:
+        raise ValueError(f"{kn} has shape {tuple(k.shape)}; its head_dim must be q's {head_dim}")
+    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
+        raise ValueError(f"{vn} has shape {tuple(v.shape)}; all but its last dimension must equal {kn}'s "
+                         f"{tuple(k.shape[:-1])}")
+    kv.num_heads_kv, kv.head_dim_v = k.shape[-2], v.shape[-1]
+    kv.seqused_k = None if seqused_k is None else _index_tensor(seqused_k, seqused_name, "(batch,)", (batch,))
+    _last_dim_contiguous(**{kn: k, vn: v})
+    # (stride_batch, stride_seq, stride_head) in elements; the batch stride of packed k/v is unused (0).
+    if k.dim() == 4:
+        kv.k_strides, kv.v_strides = tuple(k.stride()[:3]), tuple(v.stride()[:3])
+    else:
+        kv.k_strides, kv.v_strides = (0,) + tuple(k.stride()[:2]), (0,) + tuple(v.stride()[:2])
+    return kv
+
+
+def _max_length(cu_seqlens: Any) -> int:
+    """The longest sequence of a cu_seqlens tensor (one device-to-host copy)."""
+    if cu_seqlens.shape[0] < 2:
+        return 0
+    return int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item())
+
+
+def _checked_length(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} is {value!r}; expected a non-negative int or None")
+    return value
+
+
+def _ptr(t: Any) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+# ---- the call ---------------------------------------------------------------------------------------------
+
+def _run(q: Any, k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch: int,
+         seqlen_q: int, num_heads: int, head_dim: int, cu_seqlens_q: Any, max_seqlen_q: int, max_seqlen_k: int,
+         softmax_scale: Optional[float], causal: bool, num_splits: int, pack_gqa: int, out: Any,
+         return_lse: bool) -> Any:
+    """Allocates or checks out, allocates lse, the workspace when the call splits, and launches; q's shape is
+    (total_q, ...) when varlen_q, else (batch, seqlen_q, ...)."""
+    torch = _attention._torch
+    scale = 0.0 if softmax_scale is None else _attention._checked_scale(softmax_scale)
+    out_shape = tuple(q.shape[:-1]) + (kv.head_dim_v,)
+    if out is None:
+        out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    else:
+        out = _tensor(out, "out")
+        if tuple(out.shape) != out_shape or out.dtype is not q.dtype or out.device != q.device:
+            raise ValueError(f"out is {out.dtype} {tuple(out.shape)} on {out.device}; expected {q.dtype} "
+                             f"{out_shape} on {q.device}")
+        _last_dim_contiguous(out=out)
+    if return_lse:
+        lse_shape = (num_heads, seqlen_q) if varlen_q else (batch, num_heads, seqlen_q)
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    else:
+        lse = None
+    result = (out, lse) if return_lse else out
+    if batch == 0 or seqlen_q == 0 or max_seqlen_q == 0 or num_heads == 0 or kv.head_dim_v == 0:
+        return result  # nothing to compute (rows of a packed q past cu_seqlens_q[batch] are not written)
+    if not kv.has_keys:
+        # No sequence has a key: every row sees none, out = 0 and lse = -inf as the kernel writes such rows.
+        out.zero_()
+        if lse is not None:
+            lse.fill_(-math.inf)
+        return result
+
+    if varlen_q:
+        q_strides = (0,) + tuple(q.stride()[:2])
+        o_strides = (0,) + tuple(out.stride()[:2])
+    else:
+        q_strides, o_strides = tuple(q.stride()[:3]), tuple(out.stride()[:3])
+    try:
+        params, address, size, size_ref = _local.params
+    except AttributeError:
+        params, address, size, size_ref = _thread_params()
+    _pack_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
+                 batch, seqlen_q, kv.seqlen_k, num_heads, kv.num_heads_kv, head_dim, kv.head_dim_v,
+                 q.data_ptr(), *q_strides, k.data_ptr(), *kv.k_strides, v.data_ptr(), *kv.v_strides,
+                 out.data_ptr(), *o_strides, _ptr(lse), scale,
+                 0, 0, _capi.DTYPE_DEFAULT, _capi.QUANT_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                 _ptr(cu_seqlens_q), max_seqlen_q, _ptr(kv.cu_seqlens_k), max_seqlen_k, _ptr(kv.seqused_k),
+                 _ptr(kv.page_table), kv.page_table_stride, kv.max_pages, kv.num_pages, kv.page_size,
+                 num_splits, pack_gqa)
+    runtime_handle = _attention._runtime_handle or _attention._bind_runtime()
+    device = q.get_device()
+    switch = _attention._current_device is not None and _attention._current_device() != device
+    context = torch.cuda.device(device) if switch else None
+    if context is not None:
+        context.__enter__()
+    try:
+        if num_splits != 1:
+            status = _capi.library().fa3jit_attention_workspace_size(runtime_handle, address, size_ref)
+            if status:
+                raise _capi.error_for(status, "fa3jit_attention_workspace_size")
+            if size.value:
+                # Kept alive by this frame until the launch is queued; the caching allocator reuses it only in
+                # the order of q's current stream, where the kernels that read it run.
+                workspace = torch.empty(size.value, dtype=torch.uint8, device=q.device)
+                _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), size.value)
+        status = _attention._attention_forward(runtime_handle, None, address, _attention._current_stream(device))
+    finally:
+        if context is not None:
+            context.__exit__(None, None, None)
+    if status:
+        raise _capi.error_for(status, "fa3jit_attention_forward")
+    return result
+
+
+def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any = None,
+                           max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
+                           seqused_k: Any = None, page_table: Any = None, softmax_scale: Optional[float] = None,
+                           causal: bool = False, num_splits: int = 0, pack_gqa: Optional[bool] = None,
+                           out: Any = None, return_lse: bool = False, *, seqused_q: Any = None, qv: Any = None,
+                           q_descale: Any = None, k_descale: Any = None, v_descale: Any = None,
+                           window_size: Tuple[int, int] = (-1, -1), attention_chunk: int = 0, softcap: float = 0.0,
+                           sinks: Any = None, scheduler_metadata: Any = None, deterministic: bool = False,
+                           sm_margin: int = 0, return_attn_probs: bool = False) -> Any:
+    """Attention over a batch of sequences of different lengths packed into one tensor (FlashAttention-3's
+    flash_attn_varlen_func), on an NVIDIA Hopper GPU.
+
+    Shapes (torch.float16 or torch.bfloat16; head_dim 64, 128 or 256, head_dim_v = head_dim; last dimension
+    contiguous, other strides free multiples of 16 bytes):
+      q             (total_q, num_heads, head_dim), sequence b in rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
+      cu_seqlens_q  (batch + 1,) torch.int32, non-decreasing offsets into q's rows
+      k, v          one of
+                      (total_k, num_heads_kv, head_dim[_v])             with cu_seqlens_k (batch + 1,) int32;
+                      (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table (batch, max_pages) int32
+                                                                        and seqused_k; page_size a multiple of 8;
+                      (batch, seqlen_k, num_heads_kv, head_dim[_v])     with neither (dense)
+      seqused_k     (batch,) torch.int32: keys of each sequence attended (<= its capacity); None = all of them
+                    (required with page_table)
+      out           (total_q, num_heads, head_dim_v), q's dtype; allocated unless given
+    max_seqlen_q / max_seqlen_k: the longest query / key sequence (upper bounds are fine: max_seqlen_q sizes the
+    grid and the split workspace, max_seqlen_k feeds the num_splits heuristic); None computes them from
+    cu_seqlens_q / cu_seqlens_k with one device-to-host copy (with page_table: max_pages * page_size). Pass them
+    in a serving loop and under CUDA-graph capture.
+    causal: bottom-right aligned per sequence: query i of a sequence of Lq queries and Lk keys sees key j iff
+    j <= i + Lk - Lq; a row that sees no key gets out = 0 and lse = -inf. softmax_scale: None = 1/sqrt(head_dim).
+    num_splits: 0 = the heuristic, 1 = no split, > 1 = that many KV splits (FlashDecoding; the partials go to a
+    workspace allocated here with torch on q's device and are merged on the same stream). pack_gqa: None = the
+    heuristic, True / False. GQA/MQA: num_heads a multiple of num_heads_kv.
+    All tensors on one CUDA device; runs asynchronously on torch's current stream. Forward only; not a torch op
+    yet (under torch.compile the call is a graph break).
+
+    Returns out, or (out, lse) when return_lse (or FlashAttention-3's return_attn_probs): lse float32
+    (num_heads, total_q), natural log. Rows of q past cu_seqlens_q[batch] are not written.
+    Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects) naming the argument; TypeError for
+    a non-tensor; NotImplementedError for FlashAttention-3 arguments fa3jit does not implement yet (seqused_q,
+    qv, FP8 descales, window_size other than (-1, -1), attention_chunk, softcap, sinks, scheduler_metadata,
+    sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails. deterministic is
+    accepted: it concerns FlashAttention-3's backward pass, and this forward is deterministic.
+    """
+    function = "flash_attn_varlen_func"
+    _refuse_unsupported(function, seqused_q=seqused_q, qv=qv, q_descale=q_descale, k_descale=k_descale,
+                        v_descale=v_descale, window_size=window_size, attention_chunk=attention_chunk,
+                        softcap=softcap, sinks=sinks, scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+    if _attention._Tensor is None:
+        _attention._bind_torch()
+    q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
+    dtype_code = _dtype_code(q, k, v, ("k", "v"))
+    _rank(q, "q", "(total_q, num_heads, head_dim)")
+    total_q, num_heads, head_dim = q.shape
+    if cu_seqlens_q is None:
+        raise ValueError("cu_seqlens_q is None; expected (batch + 1,) torch.int32 offsets (for a dense batch use "
+                         "fa3jit.flash_attn_func)")
+    cu_q = _index_tensor(cu_seqlens_q, "cu_seqlens_q", "(batch + 1,)", (None,))
+    if cu_q.shape[0] < 1:
+        raise ValueError("cu_seqlens_q has shape (0,); expected (batch + 1,) offsets")
+    batch = cu_q.shape[0] - 1
+    kv = _kv_layout(k, v, ("k", "v"), batch, head_dim, cu_seqlens_k, seqused_k, page_table, "seqused_k")
+    if kv.page_table is not None and kv.seqused_k is None:
+        raise ValueError("seqused_k is None; it is required with page_table: (batch,) torch.int32, the number of "
+                         "keys of each sequence")
+    _last_dim_contiguous(q=q)
+    splits, packing = _checked_options(num_splits, pack_gqa)
+    _check_devices(q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=kv.cu_seqlens_k, seqused_k=kv.seqused_k,
+                   page_table=kv.page_table, out=None if out is None else _tensor(out, "out"))
+    max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
+    if max_seqlen_k is not None:
+        max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
+    elif kv.cu_seqlens_k is not None:
+        max_k = _max_length(kv.cu_seqlens_k)
+    else:
+        max_k = kv.capacity
+    return _run(q, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
+                softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs)
+
+
+def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Union[int, Any, None] = None,
+                            page_table: Any = None, cu_seqlens_q: Any = None, max_seqlen_q: Optional[int] = None,
+                            softmax_scale: Optional[float] = None, causal: bool = False, num_splits: int = 0,
+                            pack_gqa: Optional[bool] = None, out: Any = None, return_lse: bool = False, *,
+                            k: Any = None, v: Any = None, qv: Any = None, rotary_cos: Any = None,
+                            rotary_sin: Any = None, cache_batch_idx: Any = None, cache_leftpad: Any = None,
+                            cu_seqlens_k_new: Any = None, rotary_seqlens: Any = None, q_descale: Any = None,
+                            k_descale: Any = None, v_descale: Any = None, window_size: Tuple[int, int] = (-1, -1),
+                            attention_chunk: int = 0, softcap: float = 0.0, rotary_interleaved: bool = True,
+                            scheduler_metadata: Any = None, sm_margin: int = 0, sinks: Any = None,
+                            return_softmax_lse: bool = False) -> Any:
+    """Attention of new queries over a KV cache, dense or paged (FlashAttention-3's flash_attn_with_kvcache), on
+    an NVIDIA Hopper GPU: decoding (seqlen_q = 1) and chunked prefill.
+
+    Shapes (torch.float16 or torch.bfloat16; head_dim 64, 128 or 256, head_dim_v = head_dim; last dimension
+    contiguous, other strides free multiples of 16 bytes):
+      q              (batch, seqlen_q, num_heads, head_dim), or (total_q, num_heads, head_dim) with
+                     cu_seqlens_q (batch + 1,) torch.int32 (then max_seqlen_q as in flash_attn_varlen_func)
+      k_cache, v_cache
+                     (batch, seqlen_cache, num_heads_kv, head_dim[_v]), or with page_table
+                     (num_pages, page_size, num_heads_kv, head_dim[_v]), page_size a multiple of 8
+      page_table     (batch, max_pages) torch.int32 page indices, last dimension contiguous; key j of sequence b
+                     is row j % page_size of page page_table[b, j // page_size]; entries past a sequence's pages
+                     may hold anything
+      cache_seqlens  int or (batch,) torch.int32: keys of each sequence in the cache; None = all of them
+                     (seqlen_cache, or max_pages * page_size with a page table; an int or None with a page table
+                     makes a (batch,) tensor on q's device per call)
+      out            q's shape with head_dim_v, q's dtype; allocated unless given
+    causal: bottom-right aligned per sequence (query i of Lq sees cache key j iff j <= i + Lk - Lq, Lk its
+    cache_seqlens), a row that sees no key gets out = 0 and lse = -inf. softmax_scale: None = 1/sqrt(head_dim).
+    num_splits: 0 = the heuristic (FlashAttention-3's default here), 1 = no split, > 1 = that many KV splits (the
+    partials go to a workspace allocated here with torch and are merged on the same stream). pack_gqa: None =
+    the heuristic, True / False. All tensors on one CUDA device; runs asynchronously on torch's current stream.
+    Forward only; not a torch op yet (under torch.compile the call is a graph break).
+
+    Returns out, or (out, lse) when return_lse (or FlashAttention-3's return_softmax_lse): lse float32
+    (batch, num_heads, seqlen_q), or (num_heads, total_q) with cu_seqlens_q; natural log.
+    Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects) naming the argument; TypeError for
+    a non-tensor; NotImplementedError for FlashAttention-3 arguments fa3jit does not implement yet (k and v
+    appended into the cache, cu_seqlens_k_new, qv, rotary_cos / rotary_sin / rotary_seqlens, cache_batch_idx,
+    cache_leftpad, FP8 descales, window_size other than (-1, -1), attention_chunk, softcap, sinks,
+    scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails.
+    rotary_interleaved is accepted: it only qualifies rotary_cos / rotary_sin.
+    """
+    function = "flash_attn_with_kvcache"
+    _refuse_unsupported(function, k=k, v=v, cu_seqlens_k_new=cu_seqlens_k_new, qv=qv, rotary_cos=rotary_cos,
+                        rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens, cache_batch_idx=cache_batch_idx,
+                        cache_leftpad=cache_leftpad, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                        window_size=window_size, attention_chunk=attention_chunk, softcap=softcap, sinks=sinks,
+                        scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+    if _attention._Tensor is None:
+        _attention._bind_torch()
+    torch = _attention._torch
+    q, k_cache, v_cache = _tensor(q, "q"), _tensor(k_cache, "k_cache"), _tensor(v_cache, "v_cache")
+    dtype_code = _dtype_code(q, k_cache, v_cache, ("k_cache", "v_cache"))
+    varlen_q = cu_seqlens_q is not None
+    if varlen_q:
+        _rank(q, "q", "(total_q, num_heads, head_dim) with cu_seqlens_q")
+        seqlen_q, num_heads, head_dim = q.shape
+        cu_q = _index_tensor(cu_seqlens_q, "cu_seqlens_q", "(batch + 1,)", (None,))
+        if cu_q.shape[0] < 1:
+            raise ValueError("cu_seqlens_q has shape (0,); expected (batch + 1,) offsets")
+        batch = cu_q.shape[0] - 1
+    else:
+        _rank(q, "q", "(batch, seqlen_q, num_heads, head_dim)")
+        batch, seqlen_q, num_heads, head_dim = q.shape
+        cu_q = None
+    if isinstance(cache_seqlens, bool):
+        raise TypeError("cache_seqlens: expected an int, a (batch,) torch.int32 tensor or None; got a bool")
+    as_int = cache_seqlens is None or isinstance(cache_seqlens, int)
+    kv = _kv_layout(k_cache, v_cache, ("k_cache", "v_cache"), batch, head_dim, None,
+                    None if as_int else cache_seqlens, page_table, "cache_seqlens")
+    # An int, or None with a page table (whose seqused_k is required): a (batch,) tensor made once the device
+    # is checked. None without a page table: every key of the dense cache, no tensor.
+    fill_seqlens: Optional[int] = None
+    if as_int and (cache_seqlens is not None or kv.page_table is not None):
+        fill_seqlens = kv.capacity if cache_seqlens is None else cache_seqlens
+        if not 0 <= fill_seqlens <= kv.capacity:
+            raise ValueError(f"cache_seqlens is {fill_seqlens}; expected 0 to the cache's capacity {kv.capacity} "
+                             f"(keys per sequence)")
+    _last_dim_contiguous(q=q)
+    splits, packing = _checked_options(num_splits, pack_gqa)
+    _check_devices(q, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_q, cache_seqlens=kv.seqused_k,
+                   page_table=kv.page_table, out=None if out is None else _tensor(out, "out"))
+    if fill_seqlens is not None:
+        kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
+    if varlen_q:
+        max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
+    else:
+        max_q = seqlen_q
+    return _run(q, k_cache, v_cache, kv, dtype_code, varlen_q, batch, seqlen_q, num_heads, head_dim,
+                cu_q, max_q, kv.capacity, softmax_scale, causal, splits, packing, out,
+                return_lse or return_softmax_lse)
