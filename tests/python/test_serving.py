@@ -382,3 +382,60 @@ def test_nothing_to_compute():
     empty = fa3jit.flash_attn_varlen_func(q[:0], q[:, :2], q[:, :2], torch.zeros(3, dtype=torch.int32,
                                                                                  device="cuda"), cu_q)
     assert empty.shape == (0, NUM_HEADS, 64)
+
+
+@needs_gpu
+@pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
+def test_decode_in_a_cuda_graph(paged):
+    """A decode step captured once in a CUDA graph and replayed while the engine changes, in place, the lengths,
+    the page table and the queries: every replay matches the reference of that step, including replays with fewer
+    active sequences than captured (a zeroed tail of cache_seqlens). The split workspace is allocated inside the
+    capture (the graph's memory pool), and nothing in the call reads device values on the host."""
+    torch = pytest.importorskip("torch")
+    dtype = torch.bfloat16
+    head_dim, group, page_size, batch = 128, 4, 16, 4
+    heads_kv = NUM_HEADS // group
+    generator = torch.Generator(device="cuda").manual_seed(7 + paged)
+    capacity = 4096
+    max_pages = capacity // page_size
+    num_pages = batch * max_pages
+    k_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, head_dim)
+    v_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, head_dim)
+    if not paged:
+        k_cache = k_cache.view(batch, capacity, heads_kv, head_dim)
+        v_cache = v_cache.view(batch, capacity, heads_kv, head_dim)
+    q = torch.zeros(batch, 1, NUM_HEADS, head_dim, dtype=dtype, device="cuda")
+    cache_seqlens = torch.ones(batch, dtype=torch.int32, device="cuda")
+    page_table = torch.zeros(batch, max_pages, dtype=torch.int32, device="cuda") if paged else None
+    out = torch.empty_like(q)
+
+    def step():
+        fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, causal=True, num_splits=0,
+                                       out=out)
+
+    step()  # warm: compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+
+    rng = torch.Generator().manual_seed(11)
+    for replay, lengths in enumerate([[3000, 17, 1, 400], [4096, 2048, 0, 0], [5, 0, 0, 0], [123, 1000, 2500, 64]]):
+        q.copy_(_randn(torch, generator, dtype, batch, 1, NUM_HEADS, head_dim))
+        cache_seqlens.copy_(torch.tensor(lengths, dtype=torch.int32))
+        if paged:  # a fresh shuffle of the pages every step
+            page_table.copy_(torch.randperm(num_pages, generator=rng)[:batch * max_pages].view(batch, max_pages)
+                             .to(torch.int32))
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        sequences = []
+        for b, n in enumerate(lengths):
+            if paged:
+                pages = page_table[b, :-(-n // page_size)].long()
+                keys = k_cache[pages].reshape(-1, heads_kv, head_dim)[:n]
+                values = v_cache[pages].reshape(-1, heads_kv, head_dim)[:n]
+            else:
+                keys, values = k_cache[b, :n], v_cache[b, :n]
+            sequences.append((b, q[b], keys, values))
+        _check(torch, out, None, sequences, True)
