@@ -82,6 +82,7 @@ Loaded load() {
   FA3JIT_RESOLVE(cuMemcpyHtoD);
   FA3JIT_RESOLVE(cuMemcpyDtoH);
   FA3JIT_RESOLVE(cuMemsetD8);
+  FA3JIT_RESOLVE(cuMemsetD32Async);
   FA3JIT_RESOLVE(cuStreamSynchronize);
   FA3JIT_RESOLVE(cuStreamCreate);
   FA3JIT_RESOLVE(cuStreamDestroy);

@@ -525,6 +525,10 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
     c.out = a.out;
     c.lse = a.lse;
     plan.combine = true;
+    if (s.varlen_q) {
+      plan.clear_lse_partial = lse_partial;
+      plan.clear_count = static_cast<size_t>(partial_rows(s) * num_splits);
+    }
     plan.combine_plan = attention_combine::prepare_prechecked(*kernel.combine(), c, device.ctx);
   }
   return plan;
@@ -683,6 +687,10 @@ void forward(const Kernel& kernel, const ForwardArgs& args, void* stream) {
 
 void launch(LaunchPlan& plan) {
   if (plan.grid == 0) return;  // nothing to compute (every sequence empty)
+  if (plan.clear_lse_partial != nullptr)
+    check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(plan.clear_lse_partial), 0xff800000u,
+                                       plan.clear_count, plan.stream),
+             "cuMemsetD32Async (clearing the split-KV workspace)");
   launch_kernel(plan.function, plan.launch, plan.grid, &plan.params, plan.stream, "launching the attention kernel");
   if (plan.combine) attention_combine::launch(plan.combine_plan, plan.stream);
 }

@@ -64,7 +64,8 @@ struct ForwardArgs {
   // write outside them; a wrong value gives a wrong answer for its own sequence only.
   /// (batch + 1) offsets, non-decreasing, cu_seqlens_q[batch] <= seqlen_q: q and out are packed, seqlen_q is the
   /// total number of query rows (total_q), q.stride_batch and out.stride_batch are unused, lse is (num_heads,
-  /// total_q). Sequence b has rows [cu_seqlens_q[b], cu_seqlens_q[b+1]).
+  /// total_q). Sequence b has rows [cu_seqlens_q[b], cu_seqlens_q[b+1]). Rows of no sequence (padding past
+/// cu_seqlens_q[batch]) are left as they are, or set to 0 (lse -inf) by a split-KV call's combine.
   const int32_t* cu_seqlens_q = nullptr;
   int64_t max_seqlen_q = 0;  // with cu_seqlens_q: >= every sequence's query length (sizes the grid); rows past it
                              // are not computed
@@ -148,6 +149,11 @@ struct LaunchPlan {
   CUstream stream = nullptr;
   bool combine = false;  // split-KV: the combine kernel runs after the split pass, on the same stream
   attention_combine::PreparedLaunch combine_plan;
+  // split-KV with varlen_q: lse_partial is first filled with -inf (cuMemsetD32Async), so that the rows of packed q
+  // that belong to no sequence (padding past cu_seqlens_q[batch]) merge to out 0 and lse -inf instead of
+  // whatever the workspace held.
+  float* clear_lse_partial = nullptr;
+  size_t clear_count = 0;
 };
 LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* stream);
 LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* stream);

@@ -262,6 +262,9 @@ CUresult fake_cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
 CUresult fake_cuMemsetD8(CUdeviceptr dst, unsigned char, size_t bytes) {
   return range_valid(dst, bytes) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+CUresult fake_cuMemsetD32Async(CUdeviceptr dst, unsigned int, size_t count, CUstream) {
+  return range_valid(dst, count * 4) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
 
 CUresult fake_cuEventCreate(CUevent* e, unsigned int) { *e = reinterpret_cast<CUevent>(0xe0); return CUDA_SUCCESS; }
 CUresult fake_cuEventRecord(CUevent, CUstream) { return CUDA_SUCCESS; }
@@ -285,7 +288,7 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
       FAKE_ENTRY(cuKernelGetFunction), FAKE_ENTRY(cuFuncSetAttribute), FAKE_ENTRY(cuFuncGetAttribute),
       FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuTensorMapEncodeTiled), FAKE_ENTRY(cuPointerGetAttribute), FAKE_ENTRY(cuPointerGetAttributes),
       FAKE_ENTRY(cuMemAlloc), FAKE_ENTRY(cuMemFree), FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoH),
-      FAKE_ENTRY(cuMemsetD8), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamDestroy), FAKE_ENTRY(cuCtxSynchronize),
+      FAKE_ENTRY(cuMemsetD8), FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamDestroy), FAKE_ENTRY(cuCtxSynchronize),
       FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventRecord), FAKE_ENTRY(cuEventSynchronize),
       FAKE_ENTRY(cuEventElapsedTime), FAKE_ENTRY(cuEventDestroy)};
 #undef FAKE_ENTRY

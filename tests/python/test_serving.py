@@ -439,3 +439,29 @@ def test_decode_in_a_cuda_graph(paged):
                 keys, values = k_cache[b, :n], v_cache[b, :n]
             sequences.append((b, q[b], keys, values))
         _check(torch, out, None, sequences, True)
+
+
+@needs_gpu
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_padding_rows_of_packed_q(num_splits):
+    """Packed q with padding rows past cu_seqlens_q[batch] (CUDA-graph bucketing): the sequences' rows are right;
+    the padding rows are left untouched without a split, and merge to 0 (lse -inf) with one, never to workspace
+    garbage."""
+    torch = pytest.importorskip("torch")
+    dtype, head_dim = torch.bfloat16, 128
+    generator = torch.Generator(device="cuda").manual_seed(3 + num_splits)
+    q = _randn(torch, generator, dtype, 8, NUM_HEADS, head_dim)
+    k = _randn(torch, generator, dtype, 700, NUM_HEADS // 4, head_dim)
+    v = _randn(torch, generator, dtype, 700, NUM_HEADS // 4, head_dim)
+    cu_q = torch.tensor([0, 2, 5], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 300, 700], dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, math.nan)
+    fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=3, max_seqlen_k=400, causal=True,
+                                  num_splits=num_splits, out=out)
+    torch.cuda.synchronize()
+    _check(torch, out[:5], None, [(slice(0, 2), q[0:2], k[0:300], v[0:300]), (slice(2, 5), q[2:5], k[300:], v[300:])],
+           True)
+    if num_splits == 1:
+        assert torch.isnan(out[5:]).all()
+    else:
+        assert torch.count_nonzero(out[5:]).item() == 0

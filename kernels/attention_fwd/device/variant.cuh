@@ -37,7 +37,7 @@ struct AttentionVariant {
   /// seqlen_q)): all of them, or with kCausal those up to the diagonal of that query.
   static __device__ __forceinline__ NBlockRange n_block_range(int q_end, int seqlen_q, int seqlen_k) {
     int keys = seqlen_k;
-    if constexpr (Cfg::kCausal) keys = min(keys, max(0, q_end + seqlen_k - seqlen_q));
+    if constexpr (Cfg::kCausal) keys = min(keys, max(0, q_end + (seqlen_k - seqlen_q)));
     return NBlockRange{0, (keys + Cfg::kBlockN - 1) / Cfg::kBlockN};
   }
 
@@ -57,7 +57,7 @@ struct AttentionVariant {
   static __device__ __forceinline__ int first_masked_block(int q_first, int seqlen_q, int seqlen_k) {
     int first = seqlen_k / Cfg::kBlockN;  // (n+1)*block_n > seqlen_k
     if constexpr (Cfg::kCausal) {
-      const int t = q_first + seqlen_k - seqlen_q + 1;  // (n+1)*block_n > t
+      const int t = q_first + (seqlen_k - seqlen_q) + 1;  // (n+1)*block_n > t
       first = min(first, t >= 0 ? t / Cfg::kBlockN : -((-t + Cfg::kBlockN - 1) / Cfg::kBlockN));
     }
     return first;
@@ -74,7 +74,7 @@ struct AttentionVariant {
 #pragma unroll
     for (int h = 0; h < ScoreFrag::kRowHalves; ++h) {
       int limit = seqlen_k;  // first masked key column of this row
-      if constexpr (Cfg::kCausal) limit = min(limit, query[h] + 1 + seqlen_k - seqlen_q);
+      if constexpr (Cfg::kCausal) limit = min(limit, query[h] + 1 + (seqlen_k - seqlen_q));
       mask_row_half_from<Cfg::kBlockN>(s, h, col0, limit);
     }
   }
