@@ -46,12 +46,14 @@ import json
 import math
 import os
 import pathlib
-import platform
 import statistics
 import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import bench_fwd  # noqa: E402  (the shared pieces: import_fa3jit, environment, unique_path)
+from bench_fwd import import_fa3jit, unique_path  # noqa: E402
 HEAD_DIM = 128
 CELLS = [(64, 8192, 32, 8), (256, 4096, 32, 8), (8, 32768, 64, 8), (1, 131072, 32, 8),
          (1, 1024, 32, 8), (16, 1024, 32, 8), (1, 4096, 32, 8), (16, 4096, 32, 8)]
@@ -84,15 +86,6 @@ def parse_args():
     if args.runs < 30:
         parser.error("--runs must be at least 30 (the convention is the median of >= 30 runs)")
     return args
-
-
-def import_fa3jit():
-    try:
-        import fa3jit
-    except ImportError:
-        sys.path.insert(0, str(ROOT / "tools" / "python"))
-        import fa3jit
-    return fa3jit
 
 
 def first(result):
@@ -316,35 +309,12 @@ def host_cost(torch, fa3jit, fa3_call, args):
 
 
 def environment(torch, fa3jit, fa3, args):
-    properties = torch.cuda.get_device_properties(0)
-    fa3_call, fa3_where = fa3
-    return {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "device": properties.name,
-        "sm_count": properties.multi_processor_count,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version(),
-        "fa3jit": fa3jit.version(),
-        "fa3jit_library": fa3jit.library_path(),
-        "fa3": fa3_where if fa3_call is not None else None,
-        "fa3_unavailable": None if fa3_call is not None else fa3_where,
-        "python": platform.python_version(),
-        "runs": args.runs,
-        "warmup": args.warmup,
-        "sdpa_layout": args.sdpa_layout,
-        "convention": "bf16, head_dim 128, seqlen_q 1, full caches; GB/s = batch*seqlen_k*heads_kv*head_dim*2*2 "
-                      "bytes / median time; CUDA events, L2 flushed, host queueing hidden by a spin kernel",
-    }
-
-
-def unique_path(directory, stem, suffix):
-    path = directory / f"{stem}{suffix}"
-    n = 2
-    while path.exists():
-        path = directory / f"{stem}-{n}{suffix}"
-        n += 1
-    return path
+    """bench_fwd's record of the run (device, versions, peers), with this benchmark's convention."""
+    env = bench_fwd.environment(torch, fa3jit, fa3, args)
+    env.pop("fp8", None)
+    env["convention"] = ("bf16, head_dim 128, seqlen_q 1, full caches; GB/s = batch*seqlen_k*heads_kv*head_dim*2*2 "
+                         "bytes / median time; CUDA events, L2 flushed, host queueing hidden by a spin kernel")
+    return env
 
 
 def main():

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <array>
 #include <cstdint>
 
 namespace fa3jit::attention_fwd {
@@ -41,9 +41,10 @@ TileSchedule schedule_tiles(const KernelConfig& config, const GridShape& g) {
 
 int num_splits_heuristic(int64_t tiles, int64_t n_blocks, int num_sms, int max_splits) {
   if (tiles <= 0 || n_blocks <= 1 || tiles >= 0.8 * num_sms) return 1;
-  const int64_t limit = std::min<int64_t>({max_splits, num_sms, n_blocks});
+  // A fixed array, not a vector: the launch path calls this on every call and allocates nothing.
+  std::array<double, 257> efficiency{};
+  const int64_t limit = std::min<int64_t>({max_splits, num_sms, n_blocks, int64_t{efficiency.size()} - 1});
   double best = 0.0;
-  std::vector<double> efficiency(static_cast<size_t>(limit) + 1, 0.0);
   // A split count is useful only if it changes the blocks per split (ceil(n_blocks / s)); otherwise a smaller one
   // gives the same work per CTA.
   auto useful = [&](int64_t s) { return s == 1 || (n_blocks + s - 1) / s != (n_blocks + s - 2) / (s - 1); };
