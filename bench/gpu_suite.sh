@@ -6,7 +6,8 @@
 # Usage (on the GPU machine, from the repository root, with a build in ./build):
 #   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench|decode|fp8|host|compare]...   (default: all but compare)
 # Environment: BEFORE_DIR (for compare: a directory holding an older `fa3jit` CLI and its libfa3jit.so),
-# FA3_SITE (a directory on which `import fa3_fwd_interface` works, for FA3 as a peer).
+# FA3_SITE (a directory on which `import fa3_fwd_interface` works, for FA3 as a peer), GPU_TESTS (the Catch2 tags of
+# the tests stage, default "[gpu]"), PYTEST_PATHS (default tests/python), COMPARE_SPECS (default configs/*.json).
 set -uo pipefail
 out=${1:?usage: bench/gpu_suite.sh OUT_DIR [tests|tune|bench]...}; shift
 stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench decode fp8 host)
@@ -21,7 +22,7 @@ for stage in "${stages[@]}"; do
       echo "== fa3jit run configs/default.json (rc=$?)"; grep -E "^(kernel|cache|problem|max error|tolerance|check|time|throughput)" "$out/run_default.log" ;;
     pytest)
       python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/fa3jit-py tools/python > "$out/pip.log" 2>&1
-      PYTHONPATH=/tmp/fa3jit-py timeout 500 python3 -m pytest -q -p no:cacheprovider tests/python > "$out/pytest.log" 2>&1
+      PYTHONPATH=/tmp/fa3jit-py timeout 500 python3 -m pytest -q -p no:cacheprovider ${PYTEST_PATHS:-tests/python} > "$out/pytest.log" 2>&1
       echo "pytest rc=$?: $(tail -1 "$out/pytest.log")" ;;
     sanitizer)
       # A representative set (tests/gpu/test_sanitize_set.cpp: every attention mainloop variant on odd sizes)
@@ -31,8 +32,8 @@ for stage in "${stages[@]}"; do
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$out/$tool.log" | tr '\n' ' ')"
       done ;;
     tests)
-      timeout 700 build/fa3jit_tests "[gpu]" > "$out/gpu_tests.log" 2>&1
-      echo "gpu tests rc=$?: $(grep -E '^(e4m3 )?forward matrix|batches passed|bit for bit' "$out/gpu_tests.log" | tr '\n' ' ') | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
+      timeout 700 build/fa3jit_tests "${GPU_TESTS:-[gpu]}" > "$out/gpu_tests.log" 2>&1
+      echo "gpu tests ${GPU_TESTS:-[gpu]} rc=$?: $(grep -E '^(e4m3 )?forward matrix|batches passed|bit for bit' "$out/gpu_tests.log" | tr '\n' ' ') | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;
     tune)
       for s in ${TUNE_SWEEPS:-configs/sweeps/*.json}; do
         timeout 300 build/fa3jit tune "$s" > "$out/tune_$(basename "$s" .json).log" 2>&1
@@ -62,7 +63,7 @@ for stage in "${stages[@]}"; do
       # Every config timed by the older build and by this one, alternating (A B A B), in this one run.
       before=${BEFORE_DIR:?compare needs BEFORE_DIR}
       printf '| config | before TFLOPS | after TFLOPS | after / before |\n|---|---|---|---|\n' > "$out/compare.md"
-      for spec in configs/*.json; do
+      for spec in ${COMPARE_SPECS:-configs/*.json}; do
         name=$(basename "$spec" .json); a=(); b=()
         for round in 1 2; do
           a+=("$(LD_LIBRARY_PATH=$before timeout 120 "$before/fa3jit" bench "$spec" --json 2>>"$out/compare.err" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tflops"])')")

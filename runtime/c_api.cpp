@@ -162,9 +162,11 @@ void check_kernel(const fa3jit_kernel* kernel, const char* function) {
 // fa3jit_forward_params_init, which are what their calls meant (16-bit, no serving layout, no split).
 constexpr size_t kForwardParamsSizeBeforeE4m3 = offsetof(fa3jit_forward_params, out_dtype);
 constexpr size_t kForwardParamsSizeBeforeServing = offsetof(fa3jit_forward_params, cu_seqlens_q);
-constexpr std::array<OlderSize, 2> kOlderForwardParams{{
+constexpr size_t kForwardParamsSizeBeforeVariant = offsetof(fa3jit_forward_params, window_left);
+constexpr std::array<OlderSize, 3> kOlderForwardParams{{
     {kForwardParamsSizeBeforeE4m3, "the struct before its e4m3 fields"},
     {kForwardParamsSizeBeforeServing, "the struct before its serving fields"},
+    {kForwardParamsSizeBeforeVariant, "the struct before its attention-variant fields"},
 }};
 
 // field: "dtype" or "out_dtype" (which also takes FA3JIT_DTYPE_DEFAULT, handled by the caller).
@@ -273,6 +275,13 @@ fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) 
   args.page_size = params.page_size;
   args.num_splits = params.num_splits;
   args.pack_gqa = params.pack_gqa;
+  // Attention variant: ranges are checked by the launch path (resolve_mask), which names the fields.
+  if (!std::isfinite(params.softcap))
+    invalid(fmt::format("params.softcap is {}; expected 0 (off) or a positive finite value", params.softcap));
+  args.window_left = params.window_left;
+  args.window_right = params.window_right;
+  args.softcap = params.softcap;
+  args.sinks = params.sinks;
   return args;
 }
 

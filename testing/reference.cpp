@@ -227,6 +227,9 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
     }
   }
 
+  if (!options.sinks.empty() && static_cast<int64_t>(options.sinks.size()) != q.heads)
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("reference_rows: {} sinks for {} query heads",
+                                                         options.sinks.size(), q.heads));
   const float* decode = decode_table(dtype).data();
   const double scale_d = scale_f;
   const int64_t group = q.heads / k.heads;
@@ -240,14 +243,23 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
     out.out.assign(static_cast<size_t>(d_v), 0.0);
     out.baseline.assign(static_cast<size_t>(d_v), 0.0f);
     const int64_t kv_head = idx.head / group;
-    // Bottom-right alignment (FA3): query i sees keys j <= i + seqlen_k - seqlen_q.
-    const int64_t visible =
-        options.causal ? std::clamp<int64_t>(idx.row + seqlen_k - q.seqlen + 1, 0, seqlen_k) : seqlen_k;
+    // Bottom-right alignment (FA3): query i sees keys j <= i + seqlen_k - seqlen_q (causal), and with a window
+    // i + d - left <= j <= i + d + right.
+    const int64_t diag = idx.row + seqlen_k - q.seqlen;
+    const int64_t right = options.causal ? 0 : options.window_right;
+    const int64_t key_end = right >= 0 ? std::clamp<int64_t>(diag + right + 1, 0, seqlen_k) : seqlen_k;
+    const int64_t first =
+        options.window_left >= 0 ? std::clamp<int64_t>(diag - options.window_left, 0, key_end) : 0;
+    const int64_t visible = key_end - first;
     out.visible_keys = visible;
+    out.first_key = first;
+    const bool has_sink = !options.sinks.empty();
+    const double sink = has_sink ? static_cast<double>(options.sinks[static_cast<size_t>(idx.head)]) : 0.0;
     if (visible == 0) {
-      out.lse = -std::numeric_limits<double>::infinity();
+      out.lse = has_sink ? sink : -std::numeric_limits<double>::infinity();
       return;
     }
+    const double softcap = options.softcap;
 
     std::vector<float> qf(static_cast<size_t>(d_qk)), row_f(static_cast<size_t>(std::max(d_qk, d_v)));
     const uint16_t* q_ptr = q.data.data() + q.offset(idx.batch, idx.row, idx.head, 0);
@@ -258,7 +270,7 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
     double max_ref = -std::numeric_limits<double>::infinity();
     float max_base = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < visible; ++j) {
-      const uint16_t* k_ptr = k.data.data() + k.offset(idx.batch, j, kv_head, 0);
+      const uint16_t* k_ptr = k.data.data() + k.offset(idx.batch, first + j, kv_head, 0);
       double dot_d = 0.0, dot_abs = 0.0;
       float dot_f = 0.0f;
       for (int64_t d = 0; d < d_qk; ++d) {
@@ -269,7 +281,12 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
       }
       if (options.baseline_p_e4m3) out.lse_slack = std::max(out.lse_slack, kFp8AccumRelTol * dot_abs * scale_d);
       s_ref[j] = dot_d * scale_d;
-      s_base[j] = options.baseline_p_e4m3 ? dot_f * scale_f : round_to(dtype, dot_f * scale_f);
+      float s_f = dot_f * scale_f;
+      if (softcap > 0.0) {
+        s_ref[j] = softcap * std::tanh(s_ref[j] / softcap);
+        s_f = options.softcap * std::tanh(s_f / options.softcap);
+      }
+      s_base[j] = options.baseline_p_e4m3 ? s_f : round_to(dtype, s_f);
       max_ref = std::max(max_ref, s_ref[j]);
       max_base = std::max(max_base, s_base[j]);
     }
@@ -282,7 +299,7 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
     for (int64_t j = 0; j < visible; ++j) {
       const double p_ref = std::exp(s_ref[j] - max_ref);
       sum_ref += p_ref;
-      const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, j, kv_head, 0);
+      const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, first + j, kv_head, 0);
       double v_max = 0.0;
       for (int64_t d = 0; d < d_v; ++d) {
         acc_ref[d] += p_ref * static_cast<double>(decode[v_ptr[d]]);
@@ -309,7 +326,7 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
           const float p_base = std::exp(s_base[j] - running_max);
           const float p_rounded = round_to(DType::kE4m3, p_base * 256.0f) / 256.0f;
           sum_base += p_base;
-          const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, j, kv_head, 0);
+          const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, first + j, kv_head, 0);
           for (int64_t d = 0; d < d_v; ++d) acc_base[d] += p_rounded * decode[v_ptr[d]];
         }
       }
@@ -318,10 +335,19 @@ std::vector<ReferenceRow> reference_rows(const HostTensor& q, const HostTensor& 
         const float p_base = std::exp(s_base[j] - max_base);
         const float p_base_rounded = round_to(dtype, p_base);  // P enters P.V in the input dtype
         sum_base += p_base;
-        const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, j, kv_head, 0);
+        const uint16_t* v_ptr = v.data.data() + v.offset(idx.batch, first + j, kv_head, 0);
         for (int64_t d = 0; d < d_v; ++d) row_f[d] = decode[v_ptr[d]];
         for (int64_t d = 0; d < d_v; ++d) acc_base[d] += p_base_rounded * row_f[d];
       }
+    }
+    // The sink joins the normalisers as a key of value 0 (the baseline's sum relative to its own max; the e4m3
+    // baseline's running max is the max of the scores, as the kernel's).
+    if (has_sink) {
+      const double m2 = std::max(max_ref, sink);
+      for (int64_t d = 0; d < d_v; ++d) acc_ref[d] *= std::exp(max_ref - m2);
+      sum_ref = sum_ref * std::exp(max_ref - m2) + std::exp(sink - m2);
+      max_ref = m2;
+      sum_base += std::exp(static_cast<float>(sink) - max_base);
     }
     for (int64_t d = 0; d < d_v; ++d) {
       out.out[d] = acc_ref[d] / sum_ref;

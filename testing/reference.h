@@ -67,6 +67,14 @@ float default_softmax_scale(int64_t head_dim);
 struct ReferenceOptions {
   float softmax_scale = 0.0f;  // 0 = default_softmax_scale(q.dim)
   bool causal = false;         // bottom-right aligned: key j visible to query i iff j <= i + seqlen_k - seqlen_q
+  /// Sliding window (ForwardArgs::window_left/right, FA3's window_size): query i sees keys i + d - window_left ..
+  /// i + d + window_right, d = seqlen_k - seqlen_q; -1 = unbounded; causal sets window_right 0.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  /// > 0: S' = softcap * tanh(S / softcap) (S scaled), the baseline in fp32 rounded to dtype.
+  float softcap = 0.0f;
+  /// Empty, or one logit per query head (in the units of S) joining each row's normaliser as a key of value 0.
+  std::vector<float> sinks;
   /// The baseline of an e4m3 kernel (inputs given dequantized, e.g. e4m3 values times power-of-two descales,
   /// exact in bf16): S stays fp32 (the fp8 GEMM accumulates in fp32) and P is rounded to e4m3 as the kernel
   /// does, after FA3's max offset (P * 256, softmax.cuh), instead of to the input dtype.
@@ -80,7 +88,8 @@ struct ReferenceOptions {
 
 struct ReferenceRow {
   RowIndex index;
-  int64_t visible_keys = 0;    // keys this row attends to (0: O = 0, lse = -inf)
+  int64_t visible_keys = 0;    // keys this row attends to (0: O = 0, lse = -inf or the row's sink)
+  int64_t first_key = 0;       // the first of them (a sliding window starts past 0)
   std::vector<double> out;     // head_dim_v values, float64 reference
   double lse = 0.0;            // natural log of sum_j exp(S_ij); -inf when visible_keys == 0
   std::vector<float> baseline; // head_dim_v values of the same-precision baseline, already in dtype

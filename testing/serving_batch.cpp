@@ -71,9 +71,13 @@ std::string ServingShape::describe() const {
   std::string lengths;
   for (int64_t b = 0; b < std::min<int64_t>(batch(), 6); ++b) lengths += fmt::format(" {}x{}", seqlens_q[b], seqlens_k[b]);
   if (batch() > 6) lengths += " ...";
-  return fmt::format("{} d{} {}/{}{} q {} kv {}{} splits {} pack_gqa {} batch {} [{} ]", dtype_name(dtype), head_dim,
-                     num_heads, num_heads_kv, causal ? " causal" : "", packed_q ? "packed" : "dense", kv_text,
-                     nan_garbage ? " nan-garbage" : "", num_splits, pack_gqa, batch(), lengths);
+  std::string variant;
+  if (window_left >= 0 || window_right >= 0) variant += fmt::format(" window({},{})", window_left, window_right);
+  if (softcap > 0.0f) variant += fmt::format(" softcap {}", softcap);
+  if (sinks) variant += " sinks";
+  return fmt::format("{} d{} {}/{}{}{} q {} kv {}{} splits {} pack_gqa {} batch {} [{} ]", dtype_name(dtype),
+                     head_dim, num_heads, num_heads_kv, causal ? " causal" : "", variant, packed_q ? "packed" : "dense",
+                     kv_text, nan_garbage ? " nan-garbage" : "", num_splits, pack_gqa, batch(), lengths);
 }
 
 void validate(const ServingShape& s) {
@@ -118,6 +122,11 @@ ServingBatch make_serving_batch(const ServingShape& shape, uint64_t seed) {
   ServingBatch r;
   r.shape = s;
   r.softmax_scale = default_softmax_scale(d);
+  if (s.sinks) {
+    std::mt19937_64 gen(seed ^ 0x5151u);
+    std::uniform_real_distribution<float> logit(-2.0f, 6.0f);
+    for (int64_t h = 0; h < H; ++h) r.sinks.push_back(logit(gen));
+  }
 
   for (int64_t b = 0; b < B; ++b) {
     r.q_seq.push_back(HostTensor::contiguous(s.dtype, 1, s.seqlens_q[b], H, d));
@@ -263,6 +272,10 @@ ServingCheck check_serving(const ServingBatch& batch, const std::vector<uint16_t
   ReferenceOptions options;
   options.softmax_scale = batch.softmax_scale;
   options.causal = s.causal;
+  options.window_left = s.window_left;
+  options.window_right = s.window_right;
+  options.softcap = s.softcap;
+  options.sinks = batch.sinks;
   ServingCheck result;
   for (int64_t b = 0; b < s.batch(); ++b) {
     const int64_t lq = s.seqlens_q[b], lk = s.seqlens_k[b];

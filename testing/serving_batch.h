@@ -52,6 +52,11 @@ struct ServingShape {
   int64_t extra_page_columns = 2;
   /// Unused K/V slots hold NaN instead of large finite values.
   bool nan_garbage = false;
+  /// The attention variant (ForwardArgs): window sides (-1 unbounded), softcap (0 off), and whether each query
+  /// head gets a sink logit (values from the batch's seed, in [-2, 6]: some below, some above the scores' max).
+  int64_t window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  bool sinks = false;
   int num_splits = 1;  // ForwardArgs::num_splits (0 heuristic, 1 none, > 1 that many)
   int pack_gqa = -1;   // ForwardArgs::pack_gqa
 
@@ -67,6 +72,7 @@ void validate(const ServingShape& shape);
 struct ServingBatch {
   ServingShape shape;
   float softmax_scale = 0.0f;
+  std::vector<float> sinks;  // (num_heads) when shape.sinks, else empty
   /// The logical tensors of every sequence: batch 1, seqlen seqlens_q[b] / seqlens_k[b], contiguous.
   std::vector<HostTensor> q_seq, k_seq, v_seq;
 

@@ -26,6 +26,7 @@ ServingProblem::ServingProblem(const ServingShape& shape, uint64_t seed) : batch
   d_cu_seqlens_k = upload(batch.cu_seqlens_k);
   d_seqused_k = upload(batch.seqused_k);
   d_page_table = upload(batch.page_table);
+  d_sinks = upload(batch.sinks);
   d_out = DeviceBuffer(out.size() * sizeof(uint16_t));
   d_lse = DeviceBuffer(lse.size() * sizeof(float));
 }
@@ -74,6 +75,10 @@ attention_fwd::ForwardArgs ServingProblem::args() const {
   if (!batch.seqused_k.empty()) a.seqused_k = static_cast<const int32_t*>(d_seqused_k.get());
   a.num_splits = s.num_splits;
   a.pack_gqa = s.pack_gqa;
+  a.window_left = s.window_left;
+  a.window_right = s.window_right;
+  a.softcap = s.softcap;
+  if (!batch.sinks.empty()) a.sinks = static_cast<const float*>(d_sinks.get());
   return a;
 }
 

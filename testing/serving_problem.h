@@ -32,7 +32,8 @@ class ServingProblem {
   std::vector<uint16_t> out;  // out image (ServingBatch::q_offset layout)
   std::vector<float> lse;     // lse image (ServingBatch::lse_index layout)
   attention_fwd::CallPlanInfo plan;  // of the last run
-  DeviceBuffer d_q, d_k, d_v, d_out, d_lse, d_cu_seqlens_q, d_cu_seqlens_k, d_seqused_k, d_page_table, d_workspace;
+  DeviceBuffer d_q, d_k, d_v, d_out, d_lse, d_cu_seqlens_q, d_cu_seqlens_k, d_seqused_k, d_page_table, d_workspace,
+      d_sinks;
 };
 
 }  // namespace fa3jit::testing

@@ -35,6 +35,11 @@ struct CallShape {
   int64_t max_seqlen_q;  // longest query length of a sequence: seqlen_q when dense
   int64_t max_seqlen_k;  // longest key length: seqlen_k when dense, max_pages * page_size when paged
   int64_t group;         // num_heads / num_heads_kv
+  // The mask after resolving causal and the window (resolve_mask): a causal kernel, a sliding-window (local) one,
+  // or neither; the window sides as the kernel takes them (unbounded: 0x7fffffff).
+  bool causal, local;
+  int window_left, window_right;
+  float softcap_log2;  // softcap * log2(e); 0: no softcap
 };
 
 // The output dtype a call asks for: given, or the default of its input dtype.
@@ -112,6 +117,39 @@ void check_serving_shape(const ForwardArgs& a, CallShape& s) {
     bad_argument(fmt::format("argument pack_gqa = {} is not allowed; expected -1 (heuristic), 0 or 1", a.pack_gqa));
 }
 
+// causal, window_left/right and softcap: the kernel's mask (FA3's rules: causal is window_right 0; a window side
+// that hides no key of any sequence is dropped, so a decode step's causal mask is no mask at all) and its values.
+void resolve_mask(const ForwardArgs& a, CallShape& s) {
+  const struct {
+    int64_t value;
+    const char* name;
+  } sides[] = {{a.window_left, "window_left"}, {a.window_right, "window_right"}};
+  for (const auto& side : sides)
+    if (side.value < -1 || side.value > 0x7ffffffe)
+      bad_argument(fmt::format("argument {} = {} is out of range; expected -1 (unbounded) or a key count in [0, 2^31 "
+                               "- 1)",
+                               side.name, side.value));
+  if (a.causal && a.window_right > 0)
+    bad_argument(fmt::format("argument window_right = {} is not allowed with causal = true; a causal mask is "
+                             "window_right 0, expected -1 or 0",
+                             a.window_right));
+  int64_t left = a.window_left;
+  int64_t right = a.causal ? 0 : a.window_right;
+  // Query i of a sequence (seqlen_q <= max_seqlen_q, seqlen_k <= max_seqlen_k) sees keys from i + d - left, at most
+  // 0 for every i when left >= max_seqlen_k - 1, to i + d + right, at least seqlen_k - 1 for every i when right >=
+  // max_seqlen_q - 1 (FA3's rule).
+  if (left >= s.max_seqlen_k - 1) left = -1;
+  if (right >= s.max_seqlen_q - 1) right = -1;
+  s.causal = left < 0 && right == 0;
+  s.local = !s.causal && (left >= 0 || right >= 0);
+  s.window_left = left < 0 ? 0x7fffffff : static_cast<int>(left);
+  s.window_right = right < 0 ? 0x7fffffff : static_cast<int>(right);
+  if (!(a.softcap >= 0.0f) || !std::isfinite(a.softcap * kLog2e))
+    bad_argument(fmt::format("argument softcap = {} is not allowed; expected 0 (off) or a positive finite number",
+                             a.softcap));
+  s.softcap_log2 = a.softcap * kLog2e;
+}
+
 // Arithmetic checks only: no driver, no allocation, no string on success.
 CallShape check_shape(const ForwardArgs& a) {
   CallShape s{};
@@ -147,6 +185,9 @@ CallShape check_shape(const ForwardArgs& a) {
                              s.num_heads_kv));
   s.group = s.num_heads / s.num_heads_kv;
   check_serving_shape(a, s);
+  resolve_mask(a, s);
+  if (a.sinks != nullptr && reinterpret_cast<uintptr_t>(a.sinks) % 4 != 0)
+    bad_argument("argument sinks is not 4-byte aligned (float32 of shape (num_heads) expected)");
   s.softmax_scale = a.softmax_scale == 0.0f ? 1.0f / std::sqrt(static_cast<float>(a.head_dim)) : a.softmax_scale;
   // The kernel keeps the running max of the scaled scores, which is right only for a positive scale, and folds
   // scale * log2(e) into one constant that must stay finite.
@@ -180,9 +221,22 @@ void check_agrees(const Spec& spec, const ForwardArgs& a, const CallShape& s) {
   if (a.quant != spec.quant)
     bad_argument(fmt::format("argument quant = {} does not match the kernel spec's quant {}", quant_name(a.quant),
                              quant_name(spec.quant)));
-  if (a.causal != spec.causal)
-    bad_argument(fmt::format("argument causal = {} does not match the kernel spec's causal {}", a.causal,
-                             spec.causal));
+  // A local kernel takes any window at run time, a causal one included; any other kernel has its mask built in.
+  if (!spec.local) {
+    if (a.causal != spec.causal)
+      bad_argument(fmt::format("argument causal = {} does not match the kernel spec's causal {}", a.causal,
+                               spec.causal));
+    if (s.local)
+      bad_argument(fmt::format("arguments window_left = {}, window_right = {} need a kernel with local true; the "
+                               "kernel spec's local is false",
+                               a.window_left, a.window_right));
+  }
+  if ((s.softcap_log2 > 0.0f) != spec.softcap)
+    bad_argument(fmt::format("argument softcap = {} does not match the kernel spec's softcap {} (expected {})",
+                             a.softcap, spec.softcap, spec.softcap ? "a value > 0" : "0"));
+  if ((a.sinks != nullptr) != spec.sinks)
+    bad_argument(fmt::format("argument sinks is {} but the kernel spec's sinks is {}",
+                             a.sinks != nullptr ? "given" : "null", spec.sinks));
   const struct {
     bool given, in_spec;
     const char *argument, *field;
@@ -339,7 +393,7 @@ Layout base_layout(const ForwardArgs& a, const CallShape& s) {
 
 // The tile a shape class runs (the tile table's; no validation, no allocation: the hot path calls it).
 TileDefaults class_tile(DType dtype, int head_dim, bool causal, const Layout& l) {
-  return l.short_q ? decode_tile(dtype, head_dim) : default_tile(dtype, head_dim, causal);
+  return variant_tile(dtype, head_dim, causal, l);
 }
 
 GridShape grid_shape(const CallShape& s, bool pack_gqa, int64_t num_splits) {
@@ -432,6 +486,8 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   if (s.paged)
     check_index_tensor(a.page_table, checked_mul_add(s.batch - 1, a.page_table_stride, a.max_pages, "page_table"),
                        "page_table", "(batch, max_pages)", device);
+  if (a.sinks != nullptr)
+    check_allocation(a.sinks, static_cast<uint64_t>(s.num_heads) * 4, device, "sinks", nullptr, nullptr);
 
   const TileSchedule sched = schedule_tiles(cfg, grid_shape(s, spec.pack_gqa, num_splits));
   if (spec.pack_gqa && sched.pack_rows < 1)
@@ -511,6 +567,10 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   p.out_stride_batch = a.out.stride_batch;
   p.out_stride_seq = a.out.stride_seq;
   p.out_stride_head = a.out.stride_head;
+  p.window_left = s.window_left;
+  p.window_right = s.window_right;
+  p.softcap_log2 = spec.softcap ? s.softcap_log2 : 1.0f;
+  p.sinks = a.sinks;
 
   if (num_splits > 1) {
     attention_combine::CombineArgs c;
@@ -539,7 +599,7 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
 // Everything the kernel choice depends on: integers only.
 struct ShapeClass {
   int dtype, out_dtype, quant, head_dim, head_dim_v, causal;
-  int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q
+  int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q, local, softcap, sinks
   bool operator<(const ShapeClass& o) const {
     return std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout) <
            std::tie(o.dtype, o.out_dtype, o.quant, o.head_dim, o.head_dim_v, o.causal, o.layout);
@@ -549,7 +609,8 @@ struct ShapeClass {
 
 int layout_bits(const Layout& l) {
   return (l.varlen_q ? 1 : 0) | (l.varlen_k ? 2 : 0) | (l.paged_kv ? 4 : 0) | (l.pack_gqa ? 8 : 0) |
-         (l.split_kv ? 16 : 0) | (l.short_q ? 32 : 0);
+         (l.split_kv ? 16 : 0) | (l.short_q ? 32 : 0) | (l.local ? 64 : 0) | (l.softcap ? 128 : 0) |
+         (l.sinks ? 256 : 0);
 }
 Layout layout_of(int bits) {
   Layout l;
@@ -559,6 +620,9 @@ Layout layout_of(int bits) {
   l.pack_gqa = bits & 8;
   l.split_kv = bits & 16;
   l.short_q = bits & 32;
+  l.local = bits & 64;
+  l.softcap = bits & 128;
+  l.sinks = bits & 256;
   return l;
 }
 
@@ -601,9 +665,13 @@ struct ClassChoice {
 };
 ClassChoice choose_class(const ForwardArgs& a, const CallShape& s, int ordinal) {
   Layout l = base_layout(a, s);
-  // With one query row the bottom-right causal mask hides no key (row 0 sees j <= seqlen_k - 1), so a decode
-  // step runs the non-causal kernel and gives exactly the non-causal result (FA3 does the same).
-  const bool causal = a.causal && s.max_seqlen_q > 1;
+  // The mask resolved by resolve_mask: with one query row the bottom-right causal mask hides no key (row 0 sees
+  // j <= seqlen_k - 1), so a decode step runs the non-causal kernel and gives exactly the non-causal result (FA3
+  // does the same).
+  const bool causal = s.causal;
+  l.local = s.local;
+  l.softcap = s.softcap_log2 > 0.0f;
+  l.sinks = a.sinks != nullptr;
   const TileDefaults tile = class_tile(a.dtype, static_cast<int>(s.head_dim), causal, l);
   const int splits = resolve_splits(a, s, tile.block_m, tile.block_n, l.pack_gqa, ordinal);
   l.split_kv = splits > 1;

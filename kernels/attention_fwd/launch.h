@@ -58,6 +58,22 @@ struct ForwardArgs {
   float softmax_scale = 0.0f;    // 0 = 1/sqrt(head_dim)
   bool causal = false;
 
+  // ---- attention variant (FlashAttention-3's window_size, softcap; gpt-oss's sinks; device/variant.cuh) ----
+  /// Sliding window: query i of a sequence sees keys i + d - window_left .. i + d + window_right, where d =
+  /// seqlen_k - seqlen_q (bottom-right aligned, as causal); -1 leaves that side unbounded; (-1, -1) is no window.
+  /// causal = true is window_right 0 (then window_right must be -1 or 0). A window at least as wide as every
+  /// sequence hides nothing and runs the kernel without one. Each side: -1 or an integer in [0, 2^31).
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  /// > 0: every score is capped as softcap * tanh(score * softmax_scale / softcap) before the softmax (Gemma-2's
+  /// logit softcapping, FA3's softcap); 0: off. Finite and >= 0.
+  float softcap = 0.0f;
+  /// fp32 (num_heads) device tensor or null: one learnable logit per query head, in the units of the scaled scores,
+  /// that joins every row's softmax normaliser as a key of value 0 (gpt-oss's attention sinks): out is scaled by
+  /// sum_j exp(s_j - m) / (sum_j exp(s_j - m) + exp(sink - m)) and lse includes the sink. Values only the GPU reads:
+  /// NaN and infinities are clamped into [-1e30, 1e30].
+  const float* sinks = nullptr;
+
   // ---- serving layouts (FlashAttention-3's flash_attn_varlen_func / flash_attn_with_kvcache) ----
   // Every pointer below is an int32 device tensor that only the GPU reads: the kernel clamps its values into the
   // tensors given (a length past its tensor, a page index outside [0, num_pages)), so no value can make it read or

@@ -54,7 +54,12 @@ namespace fa3jit::attention_fwd {
   FIELD(void*, out)          /* out's base: the epilogue's own stores (varlen_q, pack_gqa) */            \
   FIELD(long long, out_stride_batch) /* elements */                                                     \
   FIELD(long long, out_stride_seq)                                                                      \
-  FIELD(long long, out_stride_head)
+  FIELD(long long, out_stride_head)                                                                     \
+  /* attention variant (spec fields local, softcap, sinks; device/variant.cuh) */                        \
+  FIELD(int, window_left)    /* local: keys i + d - left .. i + d + right (d = seqlen_k - seqlen_q), >= 0 */ \
+  FIELD(int, window_right)   /* unbounded sides as 0x7fffffff; causal window: right 0 */                 \
+  FIELD(float, softcap_log2) /* softcap: softcap * log2(e), > 0 */                                       \
+  FIELD(const float*, sinks) /* sinks: (num_heads) fp32 logits, in the units of the scaled scores */
 
 struct Params {
   FA3JIT_ATTENTION_FWD_PARAMS(FA3JIT_PARAMS_DECLARE)

@@ -200,7 +200,7 @@ const Capabilities& capabilities() {
       {DType::kBf16, DType::kFp16},
       false,
       {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum", "varlen",
-       "paged_kv", "split_kv", "pack_gqa", "seqused_k"},
+       "paged_kv", "split_kv", "pack_gqa", "seqused_k", "local", "softcap", "sinks"},
   };
   return kCapabilities;
 }
@@ -275,9 +275,13 @@ void validate(const Spec& spec) {
   if (spec.cluster_m != 1 && spec.cluster_m != 2)
     invalid(fmt::format("spec field \"cluster_m\": {} is not allowed; expected 1 or 2", spec.cluster_m));
   // K/V multicast pairs two CTAs that walk the same KV blocks: only without a causal mask (FA3 likewise).
-  if (spec.cluster_m == 2 && spec.causal)
-    invalid("spec field \"cluster_m\": 2 is not allowed with causal true; the two CTAs of a cluster must visit the "
-            "same KV blocks, expected 1");
+  if (spec.cluster_m == 2 && (spec.causal || spec.local))
+    invalid(fmt::format("spec field \"cluster_m\": 2 is not allowed with {} true; the two CTAs of a cluster must "
+                        "visit the same KV blocks, expected 1",
+                        spec.causal ? "causal" : "local"));
+  if (spec.causal && spec.local)
+    invalid("spec fields \"causal\" and \"local\" are both true; a causal sliding window is local with "
+            "window_right 0, expected at most one of them true");
   check_precision(spec);
   check_layout(spec);
   check_budgets(spec, derive_config(spec));
@@ -291,7 +295,8 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "cluster_m", "varlen_q", "varlen_k", "paged_kv", "pack_gqa", "split_kv"});
+                       "cluster_m", "varlen_q", "varlen_k", "paged_kv", "pack_gqa", "split_kv", "local", "softcap",
+                       "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
   Spec spec;
@@ -310,8 +315,14 @@ Spec parse_spec(const json& doc) {
   spec.paged_kv = read_knob(doc, "paged_kv", false);
   spec.pack_gqa = read_knob(doc, "pack_gqa", false);
   spec.split_kv = read_knob(doc, "split_kv", false);
+  spec.local = read_knob(doc, "local", false);
+  spec.softcap = read_knob(doc, "softcap", false);
+  spec.sinks = read_knob(doc, "sinks", false);
   const bool serving = spec.varlen_q || spec.varlen_k || spec.paged_kv || spec.pack_gqa || spec.split_kv;
-  const TileDefaults defaults = default_tile(spec.dtype, spec.head_dim, spec.causal);
+  Layout variant;
+  variant.local = spec.local;
+  variant.softcap = spec.softcap;
+  const TileDefaults defaults = variant_tile(spec.dtype, spec.head_dim, spec.causal, variant);
   spec.fp32_two_level_accum = read_knob(doc, "fp32_two_level_accum", fp8 && defaults.fp32_two_level_accum);
   read_tile(doc, defaults, spec);
   spec.stages = doc.contains("stages") ? read_any_int(doc, "stages", "an integer in [2, 4]") : defaults.stages;
@@ -320,7 +331,7 @@ Spec parse_spec(const json& doc) {
   spec.pingpong = read_knob(doc, "pingpong",
                             defaults.pingpong && spec.intra_wg_overlap && spec.consumer_warpgroups >= 2);
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
-                                             : (spec.causal || serving ? 1 : defaults.cluster_m);
+                                             : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   validate(spec);
   return spec;
 }
@@ -340,7 +351,7 @@ Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int h
                   const Layout& layout) {
   check_dtype(dtype);
   check_head_dims(dtype, head_dim, head_dim_v);
-  const TileDefaults d = layout.short_q ? decode_tile(dtype, head_dim) : default_tile(dtype, head_dim, causal);
+  const TileDefaults d = variant_tile(dtype, head_dim, causal, layout);
   const bool serving = layout.varlen_q || layout.varlen_k || layout.paged_kv || layout.pack_gqa || layout.split_kv;
   Spec spec;
   spec.dtype = dtype;
@@ -356,12 +367,15 @@ Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int h
   spec.stages = d.stages;
   spec.intra_wg_overlap = d.intra_wg_overlap;
   spec.pingpong = d.pingpong && d.intra_wg_overlap && d.consumer_warpgroups >= 2;
-  spec.cluster_m = causal || serving ? 1 : d.cluster_m;
+  spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
   spec.paged_kv = layout.paged_kv;
   spec.pack_gqa = layout.pack_gqa;
   spec.split_kv = layout.split_kv;
+  spec.local = layout.local;
+  spec.softcap = layout.softcap;
+  spec.sinks = layout.sinks;
   validate(spec);
   return spec;
 }
@@ -388,6 +402,9 @@ json canonical_json(const Spec& spec) {
       {"paged_kv", spec.paged_kv},
       {"pack_gqa", spec.pack_gqa},
       {"split_kv", spec.split_kv},
+      {"local", spec.local},
+      {"softcap", spec.softcap},
+      {"sinks", spec.sinks},
   };
 }
 
@@ -409,6 +426,9 @@ std::string spec_summary(const Spec& spec) {
   if (spec.paged_kv) text += " paged";
   if (spec.pack_gqa) text += " pack_gqa";
   if (spec.split_kv) text += " split";
+  if (spec.local) text += " local";
+  if (spec.softcap) text += " softcap";
+  if (spec.sinks) text += " sinks";
   return text;
 }
 
@@ -416,11 +436,13 @@ std::string name_token(const Spec& spec) {
   std::string token = fmt::format("{}_d{}", dtype_name(spec.dtype), spec.head_dim);
   if (spec.dtype == DType::kE4m3) token = fmt::format("e4m3_{}_d{}", quant_name(spec.quant), spec.head_dim);
   if (spec.head_dim_v != spec.head_dim) token += fmt::format("v{}", spec.head_dim_v);
-  token += spec.causal ? "_causal" : "_full";
+  token += spec.causal ? "_causal" : spec.local ? "_local" : "_full";
   if (spec.varlen_q || spec.varlen_k) token += "_varlen";
   if (spec.paged_kv) token += "_paged";
   if (spec.pack_gqa) token += "_packgqa";
   if (spec.split_kv) token += "_split";
+  if (spec.softcap) token += "_softcap";
+  if (spec.sinks) token += "_sinks";
   return token;
 }
 

@@ -36,6 +36,13 @@
 //   split_kv            the key range of a row block may be cut into num_splits ranges (FlashDecoding): fp32
 //                       partials into the workspace, merged by the attention_combine family
 // Each needs cluster_m 1.
+// Attention variant (device/variant.cuh; launch.h: ForwardArgs window_left/right, softcap, sinks), all bool,
+// default false, each a compile-time switch whose values come at run time:
+//   local               sliding window (FA3's window_size): query i sees keys i + d - left .. i + d + right, d =
+//                       seqlen_k - seqlen_q; a causal window is local with right 0, so local excludes causal;
+//                       needs cluster_m 1
+//   softcap             scores capped as softcap * tanh(score / softcap) before the softmax (FA3's softcap)
+//   sinks               one learnable fp32 logit per query head joins every row's softmax normaliser (gpt-oss)
 // Every kernel field left out takes its value from the tile table (per dtype, head_dim, causal), so a spec
 // with defaults spelled out and one without map to the same Spec, kernel name and cache key. A problem
 // shape is no part of a kernel: a spec file's "problem" section belongs to run/bench (testing/problem.h).
@@ -107,14 +114,18 @@ struct Spec {
   bool paged_kv = false;
   bool pack_gqa = false;
   bool split_kv = false;
+  bool local = false;
+  bool softcap = false;
+  bool sinks = false;
   bool operator==(const Spec&) const = default;
 };
 
-/// The serving-layout fields of a Spec, as the runtime picks them for a call (launch.cpp).
+/// The serving-layout and variant fields of a Spec, as the runtime picks them for a call (launch.cpp).
 struct Layout {
   bool varlen_q = false, varlen_k = false, paged_kv = false, pack_gqa = false, split_kv = false;
   /// The call's M tile holds at most 64 rows (a decode step): the tile table's decode tile (tile_table.h).
   bool short_q = false;
+  bool local = false, softcap = false, sinks = false;
 };
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.

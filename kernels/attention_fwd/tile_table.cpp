@@ -83,6 +83,15 @@ TileDefaults decode_tile(DType dtype, int head_dim) {
   return default_tile(dtype, head_dim, false);  // throws the message for an unsupported head_dim
 }
 
+TileDefaults variant_tile(DType dtype, int head_dim, bool causal, const Layout& layout) {
+  if (layout.short_q) return decode_tile(dtype, head_dim);
+  TileDefaults d = default_tile(dtype, head_dim, causal || layout.local);
+  // e4m3 + softcap spilled 528 bytes at d128 128x224 and 224 at d256 128x128; 128x160 and 128x96 spill none.
+  if (dtype == DType::kE4m3 && layout.softcap && head_dim == 128) d.block_n = 160;
+  if (dtype == DType::kE4m3 && layout.softcap && head_dim == 256) d.block_n = 96;
+  return d;
+}
+
 KernelConfig derive_config(const Spec& spec) {
   KernelConfig config{};
   config.spec = spec;

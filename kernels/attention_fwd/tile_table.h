@@ -31,6 +31,11 @@ struct TileDefaults {
 /// e4m3).
 TileDefaults default_tile(DType dtype, int head_dim, bool causal);
 
+/// The tile of the kernel the runtime (or a spec leaving the tile out) picks for (dtype, head_dim, causal, layout):
+/// the decode tile for layout.short_q, else the default tile of the mask (a sliding window takes the causal one);
+/// e4m3 with softcap narrows block_n where tanh's extra live values made FA3's widest fp8 tiles spill (ptxas).
+TileDefaults variant_tile(DType dtype, int head_dim, bool causal, const Layout& layout);
+
 /// Tile of a call whose M tile holds at most 64 rows (a decode step, with or without pack_gqa): one consumer
 /// warpgroup of 64 rows, the key block and stages sized so about 128 KB of K/V are in flight per CTA, since
 /// such a call is bound by memory bandwidth, not by the tensor cores.

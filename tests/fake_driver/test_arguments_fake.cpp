@@ -299,6 +299,53 @@ TEST_CASE("a causal decode step runs the non-causal kernel", "[fake_driver][laun
   CHECK(params_of(r).seqlen_k == 500);
 }
 
+TEST_CASE("window, softcap and sinks pick the variant kernel and reach its parameters", "[fake_driver][variant]") {
+  ForwardArgs a = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);
+  a.window_left = 100;
+  a.softcap = 30.0f;
+  a.sinks = static_cast<const float*>(device_alloc(8 * 4));
+  int before = launch_count();
+  forward(runtime(), a, nullptr);
+  REQUIRE(launch_count() == before + 1);
+  Layout variant;
+  variant.local = variant.softcap = variant.sinks = true;
+  const Spec local = default_spec(DType::kBf16, DType::kBf16, Quant::kNone, 128, 128, false, variant);
+  FakeCudaLaunch r = last_launch();
+  CHECK(std::string(r.kernel_name) == attention_fwd::kernel_name(local));
+  CHECK(local.block_n == default_spec(DType::kBf16, 128, 128, true).block_n);  // a window takes the causal tile
+  const Params& p = params_of(r);
+  CHECK((p.window_left == 100 && p.window_right == 0));  // causal is window_right 0
+  CHECK(p.softcap_log2 == Approx(30.0 * 1.4426950408889634));
+  CHECK(p.sinks == a.sinks);
+
+  // A window wider than every sequence hides nothing: the plain causal kernel, without the variant.
+  ForwardArgs wide = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);
+  wide.window_left = 700;
+  before = launch_count();
+  forward(runtime(), wide, nullptr);
+  REQUIRE(launch_count() == before + 1);
+  CHECK(std::string(last_launch().kernel_name) == attention_fwd::kernel_name(default_spec(DType::kBf16, 128, 128, true)));
+
+  // Bad values name the argument; a variant kernel refuses calls of another mask.
+  ForwardArgs bad = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);
+  bad.window_right = 4;
+  expect_rejected(bad, ErrorCode::kInvalidArgument, "argument window_right = 4 is not allowed with causal = true");
+  bad.window_right = -1, bad.window_left = -2;
+  expect_rejected(bad, ErrorCode::kInvalidArgument, "argument window_left = -2 is out of range");
+  bad.window_left = -1, bad.softcap = std::nanf("");
+  expect_rejected(bad, ErrorCode::kInvalidArgument, "argument softcap = nan is not allowed");
+  bad.softcap = -1.0f;
+  expect_rejected(bad, ErrorCode::kInvalidArgument, "argument softcap = -1 is not allowed");
+  bad.softcap = 0.0f, bad.sinks = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.sinks) + 2);
+  expect_rejected(bad, ErrorCode::kInvalidArgument, "argument sinks is not 4-byte aligned");
+  bad.sinks = a.sinks;
+  bad.num_heads = 16, bad.q = contiguous(2, 300, 16, 128), bad.out = contiguous(2, 300, 16, 128);
+  expect_rejected(bad, ErrorCode::kInvalidArgument, "sinks");  // 16 heads' logits past its 8-float allocation
+  ForwardArgs plain = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);
+  CHECK_THROWS_WITH(forward(*load_kernel(runtime(), local), plain, nullptr),
+                    Contains("argument softcap = 0 does not match the kernel spec's softcap true"));
+}
+
 TEST_CASE("a size-1 seqlen dimension accepts stride_seq 1", "[fake_driver][launch]") {
   ForwardArgs a = problem(2, 1, 128, 4, 4, 128);
   a.q.stride_seq = 1;  // DLPack producers give 1 (or 0) for a dimension of size 1

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <random>
 #include <string>
@@ -143,6 +144,85 @@ TEST_CASE("paged KV chunked prefill: 1-300 new queries against a longer cached p
       ++total;
     }
   report("paged chunked prefill", passed, total);
+}
+
+TEST_CASE("sliding window, softcap and sinks: varlen prefill, paged decode and chunked prefill, dense K/V, splits",
+          "[gpu][serving][variant]") {
+  if (!have_gpu()) return;
+  std::mt19937_64 gen(79);
+  // Windows around the interesting edges: none, a one-key window, narrower and wider than a key block, wider than
+  // every sequence, one-sided either way.
+  const std::pair<int64_t, int64_t> windows[] = {{-1, -1}, {0, 0},   {17, 0},  {128, 5},  {300, -1},
+                                                 {-1, 64}, {1000, 0}, {5000, 0}, {40, 200}, {255, 3}};
+  const float softcaps[] = {0.0f, 30.0f, 5.0f};
+  const std::pair<int64_t, int64_t> heads[] = {{8, 2}, {16, 16}, {32, 4}};
+  int passed = 0, total = 0;
+  for (int layout = 0; layout < 4; ++layout)  // varlen prefill, paged decode, paged chunked prefill, dense K/V
+    for (int i = 0; i < 10; ++i) {
+      ServingShape s;
+      s.dtype = total % 3 == 1 ? DType::kFp16 : DType::kBf16;
+      s.head_dim = std::array<int64_t, 3>{128, 64, 256}[static_cast<size_t>((total + layout) % 3)];
+      std::tie(s.num_heads, s.num_heads_kv) = heads[total % 3];
+      std::tie(s.window_left, s.window_right) = windows[static_cast<size_t>((i + 3 * layout) % 10)];
+      s.causal = s.window_right <= 0 && total % 2 == 0;
+      if (s.causal) s.window_right = -1;  // causal is window_right 0
+      s.softcap = softcaps[total % 3];
+      s.sinks = total % 4 != 0;
+      s.num_splits = std::array<int, 3>{1, 0, 3}[static_cast<size_t>(total % 3)];
+      const int64_t batch = uniform(gen, 1, layout == 1 ? 12 : 5);
+      for (int64_t b = 0; b < batch; ++b) {
+        if (layout == 0 || layout == 3) {
+          s.seqlens_q.push_back(pick_length(gen, 1500));
+          s.seqlens_k.push_back(layout == 3 ? s.seqlens_q.back() + uniform(gen, 0, 600) : pick_length(gen, 1500));
+        } else if (layout == 1) {
+          s.seqlens_q.push_back(1);
+          s.seqlens_k.push_back(b == 0 ? uniform(gen, 1500, 3000) : pick_length(gen, 3000));
+        } else {
+          s.seqlens_q.push_back(uniform(gen, 1, 200));
+          s.seqlens_k.push_back(s.seqlens_q.back() + uniform(gen, 0, 1500));
+        }
+      }
+      s.seqlens_q.back() = std::max<int64_t>(s.seqlens_q.back(), 1);
+      s.seqlens_k.back() = std::max<int64_t>(s.seqlens_k.back(), 1);
+      if (layout == 1 || layout == 2) {
+        s.kv = KvLayout::kPaged;
+        s.page_size = layout == 1 ? 16 : 64;
+        s.packed_q = layout == 2;
+      } else if (layout == 3) {
+        s.kv = KvLayout::kDense;
+        s.use_seqused_k = true;
+        s.kv_slack = 7;
+      }
+      passed += run_case(s, 700 + total, RowSampling{128, int64_t{1} << 20, 128});
+      ++total;
+    }
+  report("sliding window / softcap / sinks", passed, total);
+}
+
+TEST_CASE("sanitizer set: sliding window + softcap + sinks, varlen prefill and split paged decode, odd lengths",
+          "[gpu][serving][variant][sanitize]") {
+  if (!have_gpu()) return;
+  ServingShape prefill;
+  prefill.dtype = DType::kBf16;
+  prefill.head_dim = 128;
+  prefill.num_heads = 8;
+  prefill.num_heads_kv = 2;
+  prefill.seqlens_q = {113, 1, 239};
+  prefill.seqlens_k = {799, 1, 300};
+  std::tie(prefill.window_left, prefill.window_right) = std::make_pair(int64_t{100}, int64_t{3});
+  prefill.softcap = 30.0f;
+  prefill.sinks = true;
+  CHECK(run_case(prefill, 901));
+  ServingShape decode = prefill;
+  decode.dtype = DType::kFp16;
+  decode.head_dim = 64;
+  decode.seqlens_q = {1, 1, 1};
+  decode.seqlens_k = {1023, 17, 2000};
+  std::tie(decode.window_left, decode.window_right) = std::make_pair(int64_t{255}, int64_t{-1});
+  decode.kv = KvLayout::kPaged;
+  decode.page_size = 16;
+  decode.num_splits = 3;
+  CHECK(run_case(decode, 902));
 }
 
 TEST_CASE("decode with dense K/V and seqused_k: batch 1-64, seqlen_k up to 16k, GQA up to 16:1", "[gpu][serving]") {

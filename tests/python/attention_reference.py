@@ -26,9 +26,27 @@ def causal_mask(seqlen_q, seqlen_k, device):
     return col > row + (seqlen_k - seqlen_q)
 
 
-def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorder_ops=False):
+def window_mask(seqlen_q, seqlen_k, window_size, device):
+    """True where key j is outside query i's window (left, right), bottom-right aligned as FA3's local mask:
+    visible iff i + d - left <= j <= i + d + right with d = seqlen_k - seqlen_q; -1 leaves a side unbounded."""
+    left, right = window_size
+    row = torch.arange(seqlen_q, device=device)[:, None]
+    col = torch.arange(seqlen_k, device=device)[None, :]
+    diag = row + (seqlen_k - seqlen_q)
+    hidden = torch.zeros(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if right >= 0:
+        hidden |= col > diag + right
+    if left >= 0:
+        hidden |= col < diag - left
+    return hidden
+
+
+def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorder_ops=False, window_size=(-1, -1),
+                  softcap=0.0, sinks=None):
     """q (b, sq, h, d), k (b, sk, hk, d), v (b, sk, hk, dv) -> out (b, sq, h, dv) in q.dtype and
-    lse (b, h, sq) float32 (natural log; -inf for a row that sees no key). Batched matmuls on q's device."""
+    lse (b, h, sq) float32 (natural log; -inf for a row that sees no key). Batched matmuls on q's device.
+    window_size (left, right), softcap and sinks ((h,) logits joining each row's normaliser as keys of value 0) as
+    FlashAttention-3's reference; causal is window_size right 0."""
     dtype = q.dtype
     if upcast:
         q, k, v = q.float(), k.float(), v.float()
@@ -43,13 +61,22 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, reorde
         scores = torch.matmul(qt, (kt * scale).transpose(-1, -2))
     else:
         scores = torch.matmul(qt * scale, kt.transpose(-1, -2))       # (b, h, sq, sk)
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
     empty_rows = None
-    if causal:
-        mask = causal_mask(seqlen_q, seqlen_k, q.device)
+    if causal or tuple(window_size) != (-1, -1):
+        mask = window_mask(seqlen_q, seqlen_k, (window_size[0], 0 if causal else window_size[1]), q.device)
         scores = scores.masked_fill(mask, NEG_INF)
         empty_rows = mask.all(dim=-1)                                 # (sq,)
+    if sinks is not None:
+        # One more key of score sinks[h] and value 0 in every row (gpt-oss): appended, then dropped after softmax.
+        sink_col = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(scores.shape[0], -1, seqlen_q, 1)
+        scores = torch.cat([scores, sink_col], dim=-1)
+        empty_rows = None
     lse = torch.logsumexp(scores.float(), dim=-1)
     attention = torch.softmax(scores, dim=-1)
+    if sinks is not None:
+        attention = attention[..., :seqlen_k]
     if empty_rows is not None:
         attention = attention.masked_fill(empty_rows[:, None], 0.0)   # softmax of all -inf is NaN
     out = torch.matmul(attention.to(vt.dtype), vt)

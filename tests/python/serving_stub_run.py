@@ -221,6 +221,16 @@ assert (p.page_table, p.page_table_stride, p.max_pages, p.num_pages, p.page_size
 assert (p.k.stride_batch, p.k.stride_seq, p.k.stride_head) == (page_size * heads_kv * d, heads_kv * d, d)
 assert p.max_seqlen_k == max_pages * page_size and p.seqused_k == used.data_ptr()
 
+# The attention variant: window_size, softcap and sinks reach the struct; off, they are (-1, -1), 0 and NULL.
+assert (p.window_left, p.window_right, p.softcap, p.sinks) == (-1, -1, 0.0, None)
+sinks = Tensor((heads,), torch.float32)
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, window_size=(128, 0), softcap=30.0, sinks=sinks,
+                              num_splits=1)
+p = last_call()
+assert (p.window_left, p.window_right, p.softcap, p.sinks) == (128, 0, 30.0, sinks.data_ptr())
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, window_size=[-1, 64], num_splits=1)
+assert (last_call().window_left, last_call().window_right, last_call().sinks) == (-1, 64, None)
+
 # ---- flash_attn_with_kvcache ------------------------------------------------------------------------------
 
 # Decode over a paged cache, cache_seqlens an int: a (batch,) int32 tensor on q's device.
@@ -309,18 +319,22 @@ expect(TypeError, ["cache_seqlens"], kvcache, qd, kc, vc, True)
 expect(TypeError, ["q: expected a torch.Tensor"], varlen, [1, 2], k, v, cu_q, cu_k)
 
 # FlashAttention-3 arguments fa3jit does not implement yet: NotImplementedError naming each, never ignored.
-for kwargs in (dict(window_size=(128, 0)), dict(softcap=30.0), dict(sinks=Tensor((heads,), torch.float32)),
-               dict(scheduler_metadata=Tensor((4,), i32)), dict(seqused_q=used), dict(qv=q),
+for kwargs in (dict(scheduler_metadata=Tensor((4,), i32)), dict(seqused_q=used), dict(qv=q),
                dict(q_descale=Tensor((batch, heads_kv), torch.float32)), dict(attention_chunk=512),
                dict(sm_margin=4)):
     (name,) = kwargs
     expect(NotImplementedError, [f"{name}=", "not supported by fa3jit"], varlen, q, k, v, cu_q, cu_k, **kwargs)
 for kwargs in (dict(k=qd, v=qd), dict(rotary_cos=Tensor((1000, 64), bf), rotary_sin=Tensor((1000, 64), bf)),
-               dict(cache_batch_idx=used), dict(cache_leftpad=used), dict(window_size=[-1, 0]), dict(softcap=1.0),
-               dict(sinks=Tensor((heads,), torch.float32)), dict(scheduler_metadata=Tensor((4,), i32)),
+               dict(cache_batch_idx=used), dict(cache_leftpad=used), dict(scheduler_metadata=Tensor((4,), i32)),
                dict(rotary_seqlens=used), dict(cu_seqlens_k_new=cu_k), dict(v_descale=Tensor((1,), torch.float32))):
     name = next(iter(kwargs))
     expect(NotImplementedError, [f"{name}=", "not supported by fa3jit"], kvcache, qd, kc, vc, **kwargs)
 fa3jit.flash_attn_with_kvcache(qd, kc, vc, window_size=(-1, -1), rotary_interleaved=False, num_splits=1)
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, window_size=(255, 0), softcap=1.0, sinks=sinks, num_splits=1)
+assert (last_call().window_left, last_call().window_right, last_call().softcap) == (255, 0, 1.0)
+expect(ValueError, ["window_size[0] is -2"], kvcache, qd, kc, vc, window_size=(-2, 0))
+expect(ValueError, ["sinks is torch.float32 (4,)", "(num_heads,) = (8,)"], kvcache, qd, kc, vc,
+       sinks=Tensor((4,), torch.float32))
+expect(ValueError, ["sinks is on cuda:1"], kvcache, qd, kc, vc, sinks=Tensor((heads,), torch.float32, "cuda:1"))
 
 print("ok")

@@ -72,7 +72,8 @@ SERVING_PARAMS_VALUES = (
         ("cu_seqlens_q", 0x7F000000A000), ("max_seqlen_q", 101), ("cu_seqlens_k", 0x7F000000B000),
         ("max_seqlen_k", 103), ("seqused_k", 0x7F000000C000), ("page_table", 0x7F000000D000),
         ("page_table_stride", 107), ("max_pages", 109), ("num_pages", 113), ("page_size", 64),
-        ("num_splits", 3), ("pack_gqa", -1))
+        ("num_splits", 3), ("pack_gqa", -1), ("window_left", 127), ("window_right", 131), ("softcap", 30.5),
+        ("sinks", 0x7F000000E000))
 )
 
 INDEX_POINTERS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "page_table")
@@ -96,8 +97,8 @@ def _c_program():
                         ("serving_params_bytes", SERVING_PARAMS_VALUES)):
         lines += ["  {", "  fa3jit_forward_params p;", "  fa3jit_forward_params_init(&p);"]
         for field, value in values:
-            if field.endswith(".data") or field in ("lse", "workspace") + INDEX_POINTERS:
-                cast = ("(const float*)" if "descale" in field else
+            if field.endswith(".data") or field in ("lse", "workspace", "sinks") + INDEX_POINTERS:
+                cast = ("(const float*)" if "descale" in field or field == "sinks" else
                         "(const int32_t*)" if field in INDEX_POINTERS else "(void*)")
                 lines.append(f"  p.{field} = {cast}(uintptr_t){value:#x}ULL;")
             elif field in ("dtype", "out_dtype"):
@@ -177,14 +178,19 @@ def test_size_before_the_e4m3_fields_is_where_out_dtype_starts(tmp_path):
 
 @needs_cc
 def test_size_before_the_serving_fields_is_where_cu_seqlens_q_starts(tmp_path):
-    """A caller of the header before the serving fields passes this struct_size (fa3jit.h, "Growth"); the header
-    quotes 232 and 312 bytes on LP64, and the serving fields end the struct without padding."""
+    """A caller of the header before the serving fields passes this struct_size (fa3jit.h, "Growth"), one before
+    the variant fields the next; the header quotes 232, 312 and 400 bytes on LP64, and the sinks pointer ends the
+    struct without padding."""
     layout = _c_layout(tmp_path)
     assert _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING == layout["fa3jit_forward_params.cu_seqlens_q"]
     assert _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING == layout["fa3jit_forward_params.v_descale"] + 24
+    assert _capi.FORWARD_PARAMS_SIZE_BEFORE_VARIANT == layout["fa3jit_forward_params.window_left"]
+    assert _capi.FORWARD_PARAMS_SIZE_BEFORE_VARIANT == layout["fa3jit_forward_params.pack_gqa"] + 4
     if ctypes.sizeof(ctypes.c_void_p) == 8:
-        assert (_capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3, _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING) == (232, 312)
-    assert layout["fa3jit_forward_params.sizeof"] == layout["fa3jit_forward_params.pack_gqa"] + 4
+        assert (_capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3, _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING,
+                _capi.FORWARD_PARAMS_SIZE_BEFORE_VARIANT) == (232, 312, 400)
+    assert layout["fa3jit_forward_params.sizeof"] == layout["fa3jit_forward_params.sinks"] + ctypes.sizeof(
+        ctypes.c_void_p)
 
 
 def _field(params, field):
@@ -207,6 +213,7 @@ def test_packed_params_equal_the_ctypes_struct():
     assert params.q_descale.data is None and params.v_descale.stride_head == 0
     assert params.num_splits == 1 and params.pack_gqa == 0
     assert params.cu_seqlens_q is None and params.page_table is None and params.page_size == 0
+    assert (params.window_left, params.window_right, params.softcap, params.sinks) == (-1, -1, 0.0, None)
     # The packed fields end where softmax_scale ends; only padding and the workspace fields follow.
     assert _capi.PARAMS_CALL_OFFSET == _capi.ForwardParams.dtype.offset
     assert (_capi.PARAMS_CALL_OFFSET + _capi.PARAMS_CALL_STRUCT.size

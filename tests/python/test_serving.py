@@ -69,14 +69,18 @@ def test_bad_arguments_are_refused_before_the_device():
         (lambda: varlen(q, k, k, torch.tensor([0, 1, 2, 3, 4, 5], dtype=torch.int32)[::2], cu_k), ValueError,
          ["cu_seqlens_q must be contiguous"]),
         (lambda: kvcache(q[None], k[None], k[None], table[0]), ValueError, ["cache_seqlens has shape (3,)"]),
-        (lambda: varlen(q, k, k, cu, cu_k, window_size=(64, 0)), NotImplementedError, ["window_size=(64, 0)"]),
-        (lambda: varlen(q, k, k, cu, cu_k, softcap=50.0), NotImplementedError, ["softcap=50.0"]),
+        (lambda: varlen(q, k, k, cu, cu_k, window_size=(64, -2)), ValueError, ["window_size[1] is -2"]),
+        (lambda: varlen(q, k, k, cu, cu_k, window_size=64), ValueError, ["window_size is 64", "pair"]),
+        (lambda: varlen(q, k, k, cu, cu_k, softcap=-1.0), ValueError, ["softcap is -1.0"]),
+        (lambda: varlen(q, k, k, cu, cu_k, softcap=math.inf), ValueError, ["softcap is inf"]),
+        (lambda: varlen(q, k, k, cu, cu_k, sinks=used.float()), ValueError, ["sinks is torch.float32 (2,)",
+                                                                            "(num_heads,)"]),
+        (lambda: varlen(q, k, k, cu, cu_k, attention_chunk=64), NotImplementedError, ["attention_chunk=64"]),
         (lambda: kvcache(q[None], k[None], k[None], k=q[None], v=q[None]), NotImplementedError, ["k=<tensor"]),
         (lambda: kvcache(q[None], k[None], k[None], rotary_cos=k, rotary_sin=k), NotImplementedError,
          ["rotary_cos="]),
         (lambda: kvcache(q[None], k[None], k[None], scheduler_metadata=used), NotImplementedError,
          ["scheduler_metadata="]),
-        (lambda: kvcache(q[None], k[None], k[None], sinks=used.float()), NotImplementedError, ["sinks="]),
         (lambda: varlen(q, k, k, cu, cu_k), ValueError, ["q is on cpu; expected a CUDA tensor"]),
     ]
     for call, error_type, needles in cases:
@@ -95,21 +99,26 @@ def _torch_dtype(torch, name):
     return getattr(torch, DTYPES[name])
 
 
-def _sequence_reference(torch, q, k, v, causal, softmax_scale=None):
+def _sequence_reference(torch, q, k, v, causal, softmax_scale=None, variant=None):
     """One sequence, q (Lq, h, d), k and v (Lk, hkv, d): (out float64, lse float64 (h, Lq), out in the input dtype
-    by the same math in that dtype), with attention_reference.attention_ref."""
+    by the same math in that dtype), with attention_reference.attention_ref. variant: dict of window_size, softcap,
+    sinks."""
     from attention_reference import attention_ref
+    variant = variant or {}
     if k.shape[0] == 0:
         out = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.float64, device=q.device)
         lse = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=torch.float64, device=q.device)
+        if variant.get("sinks") is not None:
+            lse = variant["sinks"].double()[:, None].expand(-1, q.shape[0]).clone()
         return out, lse, out.to(q.dtype)
     out64, lse64 = attention_ref(q[None].double(), k[None].double(), v[None].double(), causal, softmax_scale,
-                                 upcast=False)
-    out_lowp, _ = attention_ref(q[None], k[None], v[None], causal, softmax_scale, upcast=False, reorder_ops=True)
+                                 upcast=False, **variant)
+    out_lowp, _ = attention_ref(q[None], k[None], v[None], causal, softmax_scale, upcast=False, reorder_ops=True,
+                                **variant)
     return out64[0], lse64[0].double(), out_lowp[0]
 
 
-def _check(torch, out, lse, sequences, causal, softmax_scale=None):
+def _check(torch, out, lse, sequences, causal, softmax_scale=None, variant=None):
     """sequences: (q rows of out / lse as a slice or index tensor, q (Lq, h, d), k (Lk, hkv, d), v). FlashAttention-3's
     rule over the whole batch: max |out - ref| <= 2 x the in-dtype math's + 2 x the output dtype's rounding; rows
     that see no key exactly 0 with lse -inf; lse of the others within LSE_ATOL + LSE_RTOL |lse|."""
@@ -121,12 +130,14 @@ def _check(torch, out, lse, sequences, causal, softmax_scale=None):
         if lq == 0:
             continue
         got = out[rows]
-        ref, lse_ref, lowp = _sequence_reference(torch, q, k, v, causal, softmax_scale)
+        ref, lse_ref, lowp = _sequence_reference(torch, q, k, v, causal, softmax_scale, variant)
         err = max(err, (got.double() - ref).abs().max().item())
         pt_err = max(pt_err, (lowp.double() - ref).abs().max().item())
         ref_dt = ref.to(out.dtype)
         rounding = max(rounding, (ref_dt + 0.3 - 0.3 - ref_dt).abs().max().item())
         first_visible = max(0, lq - lk) if causal else (0 if lk > 0 else lq)
+        if variant:  # rows without keys are checked through the reference (a window may hide any row's keys)
+            first_visible = 0
         if first_visible:
             assert torch.count_nonzero(got[:first_visible]).item() == 0, "rows that see no key must be exactly 0"
         if lse is None:
@@ -135,6 +146,11 @@ def _check(torch, out, lse, sequences, causal, softmax_scale=None):
         if first_visible:
             assert torch.all(got_lse[:, :first_visible] == -math.inf), "lse of rows that see no key must be -inf"
         visible, visible_ref = got_lse[:, first_visible:].double(), lse_ref[:, first_visible:]
+        if variant:
+            hidden = torch.isinf(visible_ref)
+            assert torch.equal(torch.isinf(visible), hidden), "lse must be -inf exactly where no key is seen"
+            assert torch.count_nonzero(got.permute(1, 0, 2)[hidden]).item() == 0, "rows without keys must be 0"
+            visible, visible_ref = visible[~hidden], visible_ref[~hidden]
         assert torch.isfinite(visible).all(), "lse of rows that see keys must be finite"
         worst = ((visible - visible_ref).abs() - LSE_ATOL - LSE_RTOL * visible_ref.abs()).max().item() \
             if visible.numel() else -1.0
@@ -291,6 +307,58 @@ def test_paged_kvcache(page_size, head_dim, dtype_name, causal, group, varlen_q)
         lse_of = lambda b: lse[b]  # noqa: E731
     assert torch.equal(out, out_again)
     _check(torch, out, lse_of, sequences, causal)
+
+
+def _variant_cases():
+    cases = []
+    windows = [(-1, -1), (0, 0), (17, 0), (128, 5), (300, -1), (-1, 64), (40, 200)]
+    for index, window in enumerate(windows):
+        for causal in (False, True):
+            if causal and window[1] > 0:
+                continue
+            softcap = (0.0, 30.0, 5.0)[index % 3]
+            sinks = (index + causal) % 2 == 0 or window == (-1, -1)
+            head_dim = (128, 64, 256)[index % 3]
+            cases.append(pytest.param(window, causal, softcap, sinks, head_dim,
+                                      id=f"w{window[0]}_{window[1]}-{'causal' if causal else 'full'}-cap{softcap:g}"
+                                         f"-{'sinks' if sinks else 'nosinks'}-d{head_dim}"))
+    return cases
+
+
+@needs_gpu
+@pytest.mark.parametrize("window, causal, softcap, use_sinks, head_dim", _variant_cases())
+def test_window_softcap_sinks(window, causal, softcap, use_sinks, head_dim):
+    """FlashAttention-3's window_size, softcap and gpt-oss's sinks: packed varlen prefill, then a paged decode step
+    (split by the heuristic) over the same keys, both against the float64 reference."""
+    torch = pytest.importorskip("torch")
+    dtype = torch.bfloat16
+    generator = torch.Generator(device="cuda").manual_seed(head_dim + window[0] * 7 + causal)
+    q_lengths = [1, 113, 239, 0, 300, 64]
+    k_lengths = [5, 113, 1000, 17, 300, 2000]
+    heads_kv = 2
+    sinks = (torch.rand(NUM_HEADS, generator=generator, device="cuda") * 8 - 2) if use_sinks else None
+    variant = dict(window_size=window, softcap=softcap, sinks=sinks)
+    cu_q, offsets_q = _cu_seqlens(torch, q_lengths)
+    cu_k, offsets_k = _cu_seqlens(torch, k_lengths)
+    q = _randn(torch, generator, dtype, offsets_q[-1], NUM_HEADS, head_dim)
+    k = _randn(torch, generator, dtype, offsets_k[-1], heads_kv, head_dim)
+    v = _randn(torch, generator, dtype, offsets_k[-1], heads_kv, head_dim)
+    out = torch.full_like(q, math.nan)
+    _, lse = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lengths), max(k_lengths), causal=causal,
+                                           out=out, return_lse=True, **variant)
+    sequences = [(slice(offsets_q[b], offsets_q[b + 1]), q[offsets_q[b]:offsets_q[b + 1]],
+                  k[offsets_k[b]:offsets_k[b + 1]], v[offsets_k[b]:offsets_k[b + 1]]) for b in range(len(q_lengths))]
+    _check(torch, out, lambda rows: lse[:, rows], sequences, causal, variant=variant)
+
+    keys = [k[offsets_k[b]:offsets_k[b + 1]] for b in range(len(k_lengths))]
+    values = [v[offsets_k[b]:offsets_k[b + 1]] for b in range(len(k_lengths))]
+    k_cache, v_cache, table = _paged_cache(torch, generator, dtype, keys, values, 16)
+    q1 = _randn(torch, generator, dtype, len(k_lengths), 1, NUM_HEADS, head_dim)
+    cache_seqlens = torch.tensor(k_lengths, dtype=torch.int32, device="cuda")
+    out1, lse1 = fa3jit.flash_attn_with_kvcache(q1, k_cache, v_cache, cache_seqlens, table, causal=causal,
+                                                num_splits=0, return_lse=True, **variant)
+    _check(torch, out1, lambda b: lse1[b], [(b, q1[b], keys[b], values[b]) for b in range(len(k_lengths))], causal,
+           variant=variant)
 
 
 @needs_gpu

@@ -256,6 +256,68 @@ TEST_CASE("causal mask is bottom-right aligned; a row without keys gives 0 and -
   CHECK(rows2[1].out[0] == Approx(1.5).epsilon(1e-14));
 }
 
+TEST_CASE("sliding window, softcap and sinks in the reference", "[reference][variant]") {
+  // seqlen_q 3, seqlen_k 6 (d = 3), q = 0 so every score is 0 and O is the mean of the visible V rows (V = j).
+  auto q = HostTensor::contiguous(DType::kBf16, 1, 3, 1, 1);
+  auto k = HostTensor::contiguous(DType::kBf16, 1, 6, 1, 1);
+  auto v = HostTensor::contiguous(DType::kBf16, 1, 6, 1, 1);
+  for (int j = 0; j < 6; ++j) {
+    set_vec(k, 0, j, 0, {1});
+    set_vec(v, 0, j, 0, {static_cast<float>(j)});
+  }
+  ReferenceOptions opt;
+  opt.window_left = 1;
+  opt.window_right = 1;  // query i sees keys i + 2 .. i + 4, clipped to [0, 6)
+  auto rows = reference_rows(q, k, v, opt, all_rows(1, 1, 3));
+  CHECK((rows[0].first_key == 2 && rows[0].visible_keys == 3));
+  CHECK(rows[0].out[0] == Approx(3.0).epsilon(1e-14));
+  CHECK((rows[2].first_key == 4 && rows[2].visible_keys == 2));
+  CHECK(rows[2].out[0] == Approx(4.5).epsilon(1e-14));
+  // causal is window_right 0: row 0 sees keys 2 and 3.
+  opt.causal = true;
+  rows = reference_rows(q, k, v, opt, all_rows(1, 1, 3));
+  CHECK((rows[0].first_key == 2 && rows[0].visible_keys == 2));
+  CHECK(rows[0].lse == Approx(std::log(2.0)).epsilon(1e-14));
+  // A one-key window returns that key's row exactly.
+  opt.causal = false;
+  opt.window_left = opt.window_right = 0;
+  rows = reference_rows(q, k, v, opt, all_rows(1, 1, 3));
+  for (int i = 0; i < 3; ++i) CHECK(rows[i].out == std::vector<double>{static_cast<double>(i + 3)});
+
+  // A sink of logit s among n keys of score 0: O = mean * n / (n + e^s), lse = log(n + e^s).
+  ReferenceOptions sink_opt;
+  sink_opt.sinks = {1.5f};
+  rows = reference_rows(q, k, v, sink_opt, all_rows(1, 1, 1));
+  CHECK(rows[0].out[0] == Approx(2.5 * 6 / (6 + std::exp(1.5))).epsilon(1e-12));
+  CHECK(rows[0].lse == Approx(std::log(6 + std::exp(1.5))).epsilon(1e-12));
+  CHECK(rows[0].baseline[0] == round_to(DType::kBf16, static_cast<float>(2.5 * 6 / (6 + std::exp(1.5)))));
+  // A row that sees no key keeps O = 0 and gets lse = its sink.
+  sink_opt.causal = true;
+  sink_opt.window_left = 0;
+  auto q1 = HostTensor::contiguous(DType::kBf16, 1, 8, 1, 1);
+  rows = reference_rows(q1, k, v, sink_opt, all_rows(1, 1, 1));
+  CHECK(rows[0].visible_keys == 0);
+  CHECK(rows[0].out == std::vector<double>{0});
+  CHECK(rows[0].lse == Approx(1.5));
+
+  // softcap: S' = c * tanh(S / c); one query of score 4 * 0.5 = 2 against a key of score 0.
+  auto q2 = HostTensor::contiguous(DType::kFp16, 1, 1, 1, 2);
+  auto k2 = HostTensor::contiguous(DType::kFp16, 1, 2, 1, 2);
+  auto v2 = HostTensor::contiguous(DType::kFp16, 1, 2, 1, 2);
+  set_vec(q2, 0, 0, 0, {1, 0});
+  set_vec(k2, 0, 0, 0, {0, 5});
+  set_vec(k2, 0, 1, 0, {4, 0});
+  set_vec(v2, 0, 0, 0, {1, 0});
+  set_vec(v2, 0, 1, 0, {0, 1});
+  ReferenceOptions cap;
+  cap.softmax_scale = 0.5f;
+  cap.softcap = 1.5f;
+  rows = reference_rows(q2, k2, v2, cap, all_rows(1, 1, 1));
+  const double s1 = 1.5 * std::tanh(2.0 / 1.5);
+  CHECK(rows[0].out[1] == Approx(std::exp(s1) / (1 + std::exp(s1))).epsilon(1e-14));
+  CHECK(rows[0].lse == Approx(std::log(1 + std::exp(s1))).epsilon(1e-14));
+}
+
 TEST_CASE("GQA maps query head h to kv head h / (num_heads / num_heads_kv)", "[reference]") {
   auto q = HostTensor::contiguous(DType::kBf16, 2, 1, 6, 2);
   auto k = HostTensor::contiguous(DType::kBf16, 2, 1, 3, 2);

@@ -1,4 +1,4 @@
-// Epilogue: normalise O by the row sums (finalised through the variant's row-sum hook, variant.cuh) and the v
+// Epilogue: normalise O by the row sums (with the variant's sink, variant.cuh, when it has one) and the v
 // descale (device/descale.cuh), stage it in shared memory in the output dtype (over the warpgroup's own Q rows,
 // free once its last S = Q.K^T has completed, and for e4m3 the V load stages, free once the last V stage was
 // transposed) in the 128B-swizzled layout (hopper/swizzle.cuh), and store it with TMA, which drops rows past
@@ -35,25 +35,28 @@ __device__ __forceinline__ void store_output(const SmemLayout<Cfg>& sm, int wg, 
   using Frag = AccFragment<Cfg::kHeadDimV>;
   constexpr int kOutElemBytes = Cfg::kOutElemBytes;  // O is staged and stored as bf16/fp16 (pack_half2)
   static_assert(kOutElemBytes == 2, "the output is 16-bit");
-  float inv_sum[2], lse[2];
-  softmax.template finalize<AttentionVariant<Cfg>>(inv_sum, lse);
+  using Variant = AttentionVariant<Cfg>;
   const int tid = threadIdx.x % 128;
   const int lane = tid % 32;
   const int row_in_tile = Frag::row_base(wg * 64, lane, tid / 32);  // of row half 0, in the CTA's block_m rows
   const int col_in_tile = Frag::col_base(0, lane);                  // of register 0
-  descale.apply_v(o, inv_sum, col_in_tile);
 
   // The thread's two rows: whether they hold a query of the sequence, which query and head, and the row of lse.
   const RowMap<Cfg> rows = RowMap<Cfg>::make(params, w.tile);
   bool valid[2];
   int query[2], head[2];
+  float sink_log2[2];
 #pragma unroll
   for (int h = 0; h < Frag::kRowHalves; ++h) {
     const int r = Frag::row(h, row_in_tile);
     valid[h] = rows.valid(r, w.seq.seqlen_q, params);
     query[h] = w.seq.q_row0 + rows.query(r);  // row in q / out / lse's seqlen dimension
-    head[h] = rows.head(r, w.tile);
+    head[h] = rows.head(r, w.tile);           // a query head even for a row that holds no query
+    sink_log2[h] = Variant::sink_log2(params, head[h], w.tile.split);
   }
+  float inv_sum[2], lse[2];
+  softmax.template finalize<Variant::kSinks>(inv_sum, lse, sink_log2);
+  descale.apply_v(o, inv_sum, col_in_tile);
   const int lse_batch = Cfg::kVarlenQ ? 1 : params.batch;  // lse is (num_heads, total_q) with varlen_q
 
   if constexpr (Cfg::kSplitKv) {

@@ -9,8 +9,8 @@
 // Where things live (kernels/attention_fwd/device/ unless a path is given):
 //   scheduler.cuh    which tile (m_block, head, batch) a CTA computes; its host half, which sizes the grid and
 //                    fills the scheduler fields of Params, is kernels/attention_fwd/scheduler.{h,cpp}
-//   variant.cuh      the attention variant: key-block range, mask, score transform, row-sum hook; the file to
-//                    open for a sliding window, softcap, sinks or split-KV ranges
+//   variant.cuh      the attention variant: key-block range, masks (causal, sliding window), softcap, sinks,
+//                    split-KV ranges; the file to open for a new mask or score transform
 //   seqlen.cuh       where the tile's sequence lies (dense, varlen, paged; seqused_k) and which query and head each
 //                    row is (pack_gqa); the values from the caller's int32 tensors are clamped there
 //   mainloop.cuh     producer (TMA into the K/V ring) and consumer KV loop (GEMMs, softmax step, pingpong,
@@ -50,9 +50,13 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
     if (w.q_first >= w.seq.seqlen_q) return;
   }
   const int q_end = min(w.q_first + RowMap<Cfg>::queries(params), w.seq.seqlen_q);
-  w.range = Variant::n_block_range(q_end, w.seq.seqlen_q, w.seq.seqlen_k);
+  w.window = Variant::window(params, w.seq.seqlen_q, w.seq.seqlen_k);
+  w.softcap_log2 = params.softcap_log2;
+  w.inv_softcap_log2 = 1.f / params.softcap_log2;
+  w.range = Variant::n_block_range(w.q_first, q_end, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
   if constexpr (Cfg::kSplitKv) w.range = Variant::split_range(w.range, w.tile.split, params.num_splits);
-  w.first_masked = Variant::first_masked_block(w.q_first, w.seq.seqlen_q, w.seq.seqlen_k);
+  w.first_masked = Variant::first_masked_block(w.q_first, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
+  w.unmasked_min = Variant::unmasked_min_block(q_end, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&params.tm_q);

@@ -2,7 +2,8 @@
 // ring by TMA; each consumer warpgroup computes S = Q.K^T (wgmma, both operands in shared memory), masks,
 // runs the online softmax, and accumulates O += P.V (wgmma with P from registers, V from shared memory).
 // KV blocks are visited from the last to the first, so the masked blocks (seqlen_k tail, causal diagonal)
-// come first and the steady state runs mask-free (FA3 paper §3; docs/kernel-design.md §6).
+// come first and the steady state runs mask-free; a sliding window's left edge comes last, masked again (FA3
+// paper §3; docs/kernel-design.md §6).
 //
 // Operand layouts (docs/kernel-design.md §2, verified on an H200):
 //   Q, K: K-major, 128B swizzle, SBO = 1024; a k16 step inside a 64-column block adds 32 bytes to the
@@ -20,7 +21,7 @@
 // Scales: softmax_step takes the block's scale in log2 units, c = softmax_scale * log2(e) [* q descale * k
 // descale for e4m3], so per-(M tile, N block) descales cost one multiply per block (device/descale.cuh).
 // Which element a register of S or O holds: hopper/fragment.cuh. What happens to a score block between the two
-// GEMMs (key-block range, transform, mask, row-sum hook): variant.cuh, then softmax.cuh.
+// GEMMs (key-block range, softcap, masks, sinks): variant.cuh, then softmax.cuh.
 #pragma once
 
 #include "hopper/cluster.cuh"
@@ -334,11 +335,13 @@ struct Mainloop {
   static __device__ __forceinline__ void softmax_step(float (&s)[ScoreFrag::kRegs], int n_block, const TileWork& w,
                                                       const int (&query)[2], const Descale<Cfg>& descale,
                                                       Softmax& softmax, float (&o_scale)[2]) {
-    Variant::transform_scores(s);
+    const float c = descale.block_scale_log2(n_block);
+    Variant::transform_scores(s, Variant::softcap_factor(w.inv_softcap_log2, c));
     if constexpr (kMaybeMasked) {
-      if (n_block >= w.first_masked) Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k);
+      if (Variant::needs_mask(n_block, w.first_masked, w.unmasked_min))
+        Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
     }
-    softmax.update(s, descale.block_scale_log2(n_block), o_scale);
+    softmax.update(s, Variant::softmax_scale_log2(w.softcap_log2, c), o_scale);
   }
 
   /// O *= o_scale, row half by row half.
@@ -413,10 +416,24 @@ struct Mainloop {
                                                             int wg) {
     PipelineState<Cfg::kStages> pipe;
     int n_block = w.range.n_block_max - 1;
-    for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
-      sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
-    for (; n_block >= w.range.n_block_min; --n_block)
-      sequential_step<false>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+    if constexpr (!Variant::kLocal) {  // masked blocks, then mask-free ones
+      for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
+        sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+      for (; n_block >= w.range.n_block_min; --n_block)
+        sequential_step<false>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+    } else {
+      // A sliding window: a second round runs the blocks left of the window of the tile's last query through the
+      // same masked code (one copy of it: a second one made ptxas spill).
+      int masked_min = max(w.first_masked, w.range.n_block_min);
+      for (;;) {
+        for (; n_block >= masked_min; --n_block)
+          sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+        for (; n_block >= max(w.unmasked_min, w.range.n_block_min); --n_block)
+          sequential_step<false>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+        if (n_block < w.range.n_block_min) break;
+        masked_min = w.range.n_block_min;
+      }
+    }
   }
 
   template <bool kMaybeMasked>
@@ -476,10 +493,24 @@ struct Mainloop {
     pipe.advance();
     // The blocks that may need the mask come first (last block first); the rest run a loop without mask code.
     int n_block = w.range.n_block_max - 2;
-    for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
-      overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
-    for (; n_block >= w.range.n_block_min; --n_block)
-      overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+    if constexpr (!Variant::kLocal) {
+      for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
+        overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+      for (; n_block >= w.range.n_block_min; --n_block)
+        overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+    } else {
+      // A sliding window's blocks left of the last query's window run in a second round of the masked loop, as in
+      // consume_sequential.
+      int masked_min = max(w.first_masked, w.range.n_block_min);
+      for (;;) {
+        for (; n_block >= masked_min; --n_block)
+          overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+        for (; n_block >= max(w.unmasked_min, w.range.n_block_min); --n_block)
+          overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+        if (n_block < w.range.n_block_min) break;
+        masked_min = w.range.n_block_min;
+      }
+    }
     // last P.V
     mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
     gemm_turn_begin(wg);

@@ -1,5 +1,5 @@
-// The masking primitive on a score fragment: set to -inf every score of one row half (hopper/fragment.cuh)
-// whose key column lies at or past a limit. Which limits apply (seqlen_k, causal, and later a sliding window)
+// The masking primitives on a score fragment: set to -inf every score of one row half (hopper/fragment.cuh)
+// whose key column lies outside the row's visible range. Which limits apply (seqlen_k, causal, a sliding window)
 // is decided by the attention variant, variant.cuh; this file only knows the fragment layout.
 #pragma once
 
@@ -18,6 +18,18 @@ __device__ __forceinline__ void mask_row_half_from(float (&s)[kN / 2], int h, in
   for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) {
     const int i = Frag::reg(h, j);
     if (Frag::col(i, col0) >= limit) s[i] = neg_inf();
+  }
+}
+
+/// Same, for the key columns outside [lo, limit).
+template <int kN>
+__device__ __forceinline__ void mask_row_half_outside(float (&s)[kN / 2], int h, int col0, int lo, int limit) {
+  using Frag = AccFragment<kN>;
+#pragma unroll
+  for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) {
+    const int i = Frag::reg(h, j);
+    const int col = Frag::col(i, col0);
+    if (col >= limit || col < lo) s[i] = neg_inf();
   }
 }
 

@@ -100,7 +100,11 @@ struct TileWork {
   TileCoord tile;
   SeqInfo seq;
   int q_first;        // query index (in the sequence) of the tile's first row
-  int first_masked;   // first key block that needs the mask (AttentionVariant::first_masked_block)
+  int first_masked;   // key blocks >= this one need the mask (AttentionVariant::first_masked_block)
+  int unmasked_min;   // and, with a sliding window, those below this one (AttentionVariant::unmasked_min_block)
+  Window window;      // the sequence's window, clamped (AttentionVariant::window)
+  float softcap_log2;      // softcap * log2(e) (Params; used with Cfg::kSoftcap)
+  float inv_softcap_log2;  // its reciprocal
   NBlockRange range;  // the key blocks this CTA visits (its split's part with split-KV)
 };
 

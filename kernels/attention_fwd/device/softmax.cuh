@@ -11,7 +11,7 @@
 // (max 448) and keeping small probabilities out of its subnormals; O and the row sum carry the same 2^8, which
 // cancels in O / sum, and finalize subtracts it from the LSE.
 // Which scores are masked and how they are transformed first is the attention variant's business
-// (variant.cuh); so is the last touch to the normaliser (finalize's row-sum hook, where sinks will go).
+// (variant.cuh); so is the sink that joins the normaliser in finalize.
 #pragma once
 
 #include "hopper/fragment.cuh"
@@ -92,18 +92,31 @@ struct OnlineSoftmax {
     }
   }
 
-  /// Final normalisation: inv_sum = 1/rowsum (0 for a row that saw no key), lse = natural-log log-sum-exp of the
-  /// scaled scores (-inf for a row that saw no key). Variant supplies the row-sum hook
-  /// (AttentionVariant::finalize_row_sum, variant.cuh).
-  template <class Variant>
-  __device__ __forceinline__ void finalize(float (&inv_sum)[2], float (&lse)[2]) {
+  /// Final normalisation: inv_sum = the factor of O's rows (1 / row sum; 0 for a row that saw no key and has no
+  /// sink), lse = natural-log log-sum-exp of the scaled scores (-inf for such a row). kSinks: sink_log2[h] (row half
+  /// h's sink logit in the scaled log2 domain, AttentionVariant::sink_log2; -inf for none) joins the normaliser as
+  /// one more key of value 0: with m' = max(row_max, sink), sum' = sum * 2^(row_max - m') + 2^(sink - m'), and O,
+  /// accumulated against row_max, is scaled by 2^(row_max - m') / sum'. A row with no key then gets O = 0 and
+  /// lse = sink.
+  template <bool kSinks>
+  __device__ __forceinline__ void finalize(float (&inv_sum)[2], float (&lse)[2], const float (&sink_log2)[2]) {
     constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
     for (int h = 0; h < Frag::kRowHalves; ++h) {
-      const float sum = Variant::finalize_row_sum(quad_sum(row_sum[h]), row_max[h]);
+      float sum = quad_sum(row_sum[h]);
+      float m = row_max[h];
+      float o_factor = 1.f;
+      if constexpr (kSinks) {
+        if (sink_log2[h] != neg_inf()) {
+          const float m2 = fmaxf(m, sink_log2[h]);
+          o_factor = exp2_approx(m - m2);  // 0 when the row saw no key (m = -inf)
+          sum = fmaf(sum, o_factor, exp2_approx(sink_log2[h] - m2 + static_cast<float>(kMaxOffset)));
+          m = m2;
+        }
+      }
       const bool empty = !(sum > 0.f);  // also catches NaN
-      inv_sum[h] = empty ? 0.f : 1.f / sum;
-      lse[h] = empty ? neg_inf() : (row_max[h] - static_cast<float>(kMaxOffset) + log2_approx(sum)) * kLn2;
+      inv_sum[h] = empty ? 0.f : o_factor / sum;
+      lse[h] = empty ? neg_inf() : (m - static_cast<float>(kMaxOffset) + log2_approx(sum)) * kLn2;
     }
   }
 };

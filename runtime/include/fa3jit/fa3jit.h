@@ -191,7 +191,9 @@ typedef struct fa3jit_scale {
  *   offsetof(fa3jit_forward_params, out_dtype) (232 bytes on LP64): read as out_dtype DEFAULT, quant NONE, no
  *     descales, i.e. a 16-bit call as before;
  *   offsetof(fa3jit_forward_params, cu_seqlens_q) (312 bytes on LP64): the serving fields are read as off:
- *     NULL index tensors, num_splits 1 and pack_gqa 0, so the call runs exactly as it did before them.
+ *     NULL index tensors, num_splits 1 and pack_gqa 0, so the call runs exactly as it did before them;
+ *   offsetof(fa3jit_forward_params, window_left) (400 bytes on LP64): the variant fields are read as off: no
+ *     window, softcap 0, no sinks.
  * Any other struct_size below sizeof(fa3jit_forward_params) is INVALID_ARGUMENT. The other way round, a library
  * from before a group of fields refuses a struct of this header whose bytes past its own struct are not zero
  * (out_dtype's and num_splits' defaults are not zero bytes, see the struct_size rule above); a caller that must
@@ -253,10 +255,24 @@ typedef struct fa3jit_forward_params {
    * share an M tile; decode then fills a tile with one token x the group). fa3jit_forward_params_init sets 0.
    * Another value: INVALID_ARGUMENT. */
   int32_t pack_gqa;
+  /* ---- appended for the attention variant; fa3jit_forward_params_init sets them off ---- */
+  /* Sliding window (FlashAttention-3's window_size): query i of a sequence sees keys i + d - window_left ..
+   * i + d + window_right, d = seqlen_k - seqlen_q; -1 = unbounded on that side; (-1, -1) = no window.
+   * causal 1 is window_right 0 (window_right must then be -1 or 0). Each -1 or in [0, 2^31 - 1); another
+   * value is INVALID_ARGUMENT. Note: zero-filled by hand they are (0, 0), a window of one key: set -1 (the
+   * init function does). */
+  int64_t window_left;
+  int64_t window_right;
+  /* > 0: scores capped as softcap * tanh(score * softmax_scale / softcap) before the softmax; 0 = off. */
+  float softcap;
+  /* (num_heads) float32 device tensor or NULL: one logit per query head (attention sinks) that joins every
+   * row's softmax normaliser as a key of value 0; lse includes it. */
+  const float* sinks;
 } fa3jit_forward_params;
 
-/* Zero-fills *params, sets struct_size, out_dtype = FA3JIT_DTYPE_DEFAULT (quant NONE, descales NULL) and the
- * serving fields off: no index tensors, num_splits 1 (no split, so no workspace) and pack_gqa 0. A serving
+/* Zero-fills *params, sets struct_size, out_dtype = FA3JIT_DTYPE_DEFAULT (quant NONE, descales NULL), the
+ * serving fields off: no index tensors, num_splits 1 (no split, so no workspace) and pack_gqa 0, and the variant
+ * fields off: window (-1, -1), softcap 0, sinks NULL. A serving
  * caller sets num_splits 0 and pack_gqa -1 for the heuristics. Note: a struct zero-filled by hand has
  * num_splits 0, the heuristic, which may need a workspace. */
 static inline void fa3jit_forward_params_init(fa3jit_forward_params* params) {
@@ -264,6 +280,8 @@ static inline void fa3jit_forward_params_init(fa3jit_forward_params* params) {
   params->struct_size = sizeof(fa3jit_forward_params);
   params->out_dtype = FA3JIT_DTYPE_DEFAULT;
   params->num_splits = 1;
+  params->window_left = -1;
+  params->window_right = -1;
 }
 
 /* ---- kernels ------------------------------------------------------------------------------------------ */

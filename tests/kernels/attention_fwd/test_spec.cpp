@@ -349,7 +349,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"bf16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -359,11 +359,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"fp16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","out_dtype":"bf16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.

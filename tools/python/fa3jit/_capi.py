@@ -172,12 +172,19 @@ class ForwardParams(ctypes.Structure):
         ("page_size", ctypes.c_int64),
         ("num_splits", ctypes.c_int32),
         ("pack_gqa", ctypes.c_int32),
+        # Appended for the attention variant (fa3jit.h); FORWARD_PARAMS_SIZE_BEFORE_VARIANT leaves them out.
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),
+        ("sinks", ctypes.c_void_p),
     ]
 
     def __init__(self, **fields: Any):
         fields.setdefault("struct_size", ctypes.sizeof(ForwardParams))
         fields.setdefault("out_dtype", DTYPE_DEFAULT)
         fields.setdefault("num_splits", 1)  # as fa3jit_forward_params_init: no split, no workspace
+        fields.setdefault("window_left", -1)  # and no window
+        fields.setdefault("window_right", -1)
         super().__init__(**fields)
 
 
@@ -185,6 +192,8 @@ class ForwardParams(ctypes.Structure):
 FORWARD_PARAMS_SIZE_BEFORE_E4M3 = ForwardParams.out_dtype.offset
 # struct_size of a caller whose header predates the serving fields (offsetof(fa3jit_forward_params, cu_seqlens_q)).
 FORWARD_PARAMS_SIZE_BEFORE_SERVING = ForwardParams.cu_seqlens_q.offset
+# struct_size of a caller whose header predates the variant fields (offsetof(fa3jit_forward_params, window_left)).
+FORWARD_PARAMS_SIZE_BEFORE_VARIANT = ForwardParams.window_left.offset
 
 
 # The per-call fields of ForwardParams, dtype through softmax_scale, for struct.pack_into at PARAMS_CALL_OFFSET:
@@ -209,11 +218,12 @@ if PARAMS_CALL_OFFSET + PARAMS_FP8_CALL_STRUCT.size != ForwardParams.cu_seqlens_
 # The same for a serving call (fa3jit.serving): dtype through the end of the struct, i.e. PARAMS_FP8_CALL_STRUCT's
 # fields (16-bit only: out_dtype DEFAULT, quant NONE, descales 0), then cu_seqlens_q ("P"), max_seqlen_q ("q"),
 # cu_seqlens_k ("P"), max_seqlen_k ("q"), seqused_k ("P"), page_table ("P"), page_table_stride, max_pages,
-# num_pages, page_size ("q" each), num_splits and pack_gqa ("i" each). The workspace fields are packed as 0 and
-# set with WORKSPACE_STRUCT at WORKSPACE_OFFSET once the call's size is known.
-PARAMS_SERVING_CALL_STRUCT = struct.Struct(PARAMS_FP8_CALL_STRUCT.format + " P q P q P P 4q i i")
+# num_pages, page_size ("q" each), num_splits and pack_gqa ("i" each), window_left and window_right ("q" each),
+# softcap ("f") and sinks ("P"). The workspace fields are packed as 0 and set with WORKSPACE_STRUCT at
+# WORKSPACE_OFFSET once the call's size is known.
+PARAMS_SERVING_CALL_STRUCT = struct.Struct(PARAMS_FP8_CALL_STRUCT.format + " P q P q P P 4q i i 2q f P")
 if PARAMS_CALL_OFFSET + PARAMS_SERVING_CALL_STRUCT.size != ctypes.sizeof(ForwardParams):
-    raise ImportError("fa3jit: PARAMS_SERVING_CALL_STRUCT does not cover ForwardParams.dtype .. pack_gqa")
+    raise ImportError("fa3jit: PARAMS_SERVING_CALL_STRUCT does not cover ForwardParams.dtype .. sinks")
 WORKSPACE_STRUCT = struct.Struct("@P N")
 WORKSPACE_OFFSET = ForwardParams.workspace.offset
 if WORKSPACE_OFFSET + WORKSPACE_STRUCT.size != ForwardParams.out_dtype.offset:

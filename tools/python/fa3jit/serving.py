@@ -47,15 +47,10 @@ def _refuse_unsupported(function: str, **arguments: Any) -> None:
     """NotImplementedError for the first argument that asks for a feature fa3jit lacks; each is accepted at its
     FlashAttention-3 default ("off"), so code written for FlashAttention-3 that leaves them alone runs."""
     for name, value in arguments.items():
-        if name == "window_size":
-            if value is None or tuple(value) == (-1, -1):
-                continue
-            what = "sliding-window (local) attention"
-        elif name in ("softcap", "attention_chunk", "sm_margin"):
+        if name in ("attention_chunk", "sm_margin"):
             if value == 0:
                 continue
-            what = {"softcap": "score soft-capping", "attention_chunk": "chunked attention",
-                    "sm_margin": "reserving SMs"}[name]
+            what = {"attention_chunk": "chunked attention", "sm_margin": "reserving SMs"}[name]
         elif value is None:
             continue
         elif name in ("k", "v", "cu_seqlens_k_new"):
@@ -65,7 +60,7 @@ def _refuse_unsupported(function: str, **arguments: Any) -> None:
         elif name.endswith("_descale"):
             what = "FP8 (float8_e4m3fn) serving layouts; fa3jit.flash_attn_func takes FP8 inputs"
         else:
-            what = {"qv": "the qv operand", "sinks": "attention sinks",
+            what = {"qv": "the qv operand",
                     "scheduler_metadata": "precomputed scheduler metadata (fa3jit plans its own schedule)",
                     "seqused_q": "seqused_q (use cu_seqlens_q)", "cache_batch_idx": "cache_batch_idx",
                     "cache_leftpad": "left-padded caches"}.get(name, name)
@@ -224,12 +219,51 @@ def _ptr(t: Any) -> int:
     return 0 if t is None else t.data_ptr()
 
 
+class _Variant:
+    """window_size, softcap and sinks, checked (the library checks their ranges against the shapes)."""
+    __slots__ = ("window_left", "window_right", "softcap", "sinks")
+
+
+_NO_VARIANT = _Variant()
+_NO_VARIANT.window_left, _NO_VARIANT.window_right, _NO_VARIANT.softcap, _NO_VARIANT.sinks = -1, -1, 0.0, None
+
+
+def _checked_variant(window_size: Any, softcap: Any, sinks: Any, num_heads: int, q: Any) -> _Variant:
+    if (window_size is None or window_size == (-1, -1)) and softcap == 0 and sinks is None:
+        return _NO_VARIANT
+    variant = _Variant()
+    try:
+        left, right = (-1, -1) if window_size is None else window_size
+    except (TypeError, ValueError):
+        raise ValueError(f"window_size is {window_size!r}; expected a pair (left, right) of ints, -1 = unbounded") \
+            from None
+    for side, value in (("window_size[0]", left), ("window_size[1]", right)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise ValueError(f"{side} is {value!r}; expected -1 (unbounded) or a number of keys >= 0")
+    variant.window_left, variant.window_right = left, right
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not softcap >= 0 or \
+            not math.isfinite(softcap):
+        raise ValueError(f"softcap is {softcap!r}; expected 0.0 (off) or a positive finite float")
+    variant.softcap = float(softcap)
+    if sinks is not None:
+        sinks = _tensor(sinks, "sinks")
+        if sinks.dtype is not _attention._torch.float32 or tuple(sinks.shape) != (num_heads,):
+            raise ValueError(f"sinks is {sinks.dtype} {tuple(sinks.shape)}; expected torch.float32 (num_heads,) = "
+                             f"({num_heads},), one logit per query head")
+        if num_heads > 1 and sinks.stride(0) != 1:
+            raise ValueError(f"sinks must be contiguous; got stride {sinks.stride(0)}")
+        if sinks.device != q.device:
+            raise ValueError(f"sinks is on {sinks.device}; expected q's device {q.device}")
+    variant.sinks = sinks
+    return variant
+
+
 # ---- the call ---------------------------------------------------------------------------------------------
 
 def _run(q: Any, k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch: int,
          seqlen_q: int, num_heads: int, head_dim: int, cu_seqlens_q: Any, max_seqlen_q: int, max_seqlen_k: int,
          softmax_scale: Optional[float], causal: bool, num_splits: int, pack_gqa: int, out: Any,
-         return_lse: bool) -> Any:
+         return_lse: bool, variant: _Variant) -> Any:
     """Allocates or checks out, allocates lse, the workspace when the call splits, and launches; q's shape is
     (total_q, ...) when varlen_q, else (batch, seqlen_q, ...)."""
     torch = _attention._torch
@@ -252,10 +286,14 @@ def _run(q: Any, k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch
     if batch == 0 or seqlen_q == 0 or max_seqlen_q == 0 or num_heads == 0 or kv.head_dim_v == 0:
         return result  # nothing to compute (rows of a packed q past cu_seqlens_q[batch] are not written)
     if not kv.has_keys:
-        # No sequence has a key: every row sees none, out = 0 and lse = -inf as the kernel writes such rows.
+        # No sequence has a key: every row sees none, out = 0 and lse = -inf (or the row's sink) as the kernel
+        # writes such rows.
         out.zero_()
         if lse is not None:
-            lse.fill_(-math.inf)
+            if variant.sinks is None:
+                lse.fill_(-math.inf)
+            else:
+                lse.copy_(variant.sinks.view((num_heads, 1) if varlen_q else (1, num_heads, 1)).expand_as(lse))
         return result
 
     if varlen_q:
@@ -274,7 +312,8 @@ def _run(q: Any, k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch
                  0, 0, _capi.DTYPE_DEFAULT, _capi.QUANT_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                  _ptr(cu_seqlens_q), max_seqlen_q, _ptr(kv.cu_seqlens_k), max_seqlen_k, _ptr(kv.seqused_k),
                  _ptr(kv.page_table), kv.page_table_stride, kv.max_pages, kv.num_pages, kv.page_size,
-                 num_splits, pack_gqa)
+                 num_splits, pack_gqa, variant.window_left, variant.window_right, variant.softcap,
+                 _ptr(variant.sinks))
     runtime_handle = _attention._runtime_handle or _attention._bind_runtime()
     device = q.get_device()
     switch = _attention._current_device is not None and _attention._current_device() != device
@@ -333,6 +372,10 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     num_splits: 0 = the heuristic, 1 = no split, > 1 = that many KV splits (FlashDecoding; the partials go to a
     workspace allocated here with torch on q's device and are merged on the same stream). pack_gqa: None = the
     heuristic, True / False. GQA/MQA: num_heads a multiple of num_heads_kv.
+    window_size (left, right): sliding window, query i sees keys i + Lk - Lq - left .. i + Lk - Lq + right, -1 =
+    unbounded on that side; with causal, right must be -1 or 0. softcap > 0: scores become
+    softcap * tanh(score * softmax_scale / softcap) before the softmax. sinks: (num_heads,) torch.float32, one
+    logit per query head joining each row's softmax normaliser (gpt-oss); lse includes it.
     All tensors on one CUDA device; runs asynchronously on torch's current stream. Forward only; not a torch op
     yet (under torch.compile the call is a graph break).
 
@@ -340,14 +383,13 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     (num_heads, total_q), natural log. Rows of q past cu_seqlens_q[batch] are not written.
     Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects) naming the argument; TypeError for
     a non-tensor; NotImplementedError for FlashAttention-3 arguments fa3jit does not implement yet (seqused_q,
-    qv, FP8 descales, window_size other than (-1, -1), attention_chunk, softcap, sinks, scheduler_metadata,
-    sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails. deterministic is
+    qv, FP8 descales, attention_chunk, scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails. deterministic is
     accepted: it concerns FlashAttention-3's backward pass, and this forward is deterministic.
     """
     function = "flash_attn_varlen_func"
     _refuse_unsupported(function, seqused_q=seqused_q, qv=qv, q_descale=q_descale, k_descale=k_descale,
-                        v_descale=v_descale, window_size=window_size, attention_chunk=attention_chunk,
-                        softcap=softcap, sinks=sinks, scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+                        v_descale=v_descale, attention_chunk=attention_chunk,
+                        scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
@@ -367,6 +409,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
                          "keys of each sequence")
     _last_dim_contiguous(q=q)
     splits, packing = _checked_options(num_splits, pack_gqa)
+    variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
     _check_devices(q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=kv.cu_seqlens_k, seqused_k=kv.seqused_k,
                    page_table=kv.page_table, out=None if out is None else _tensor(out, "out"))
     max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
@@ -377,7 +420,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     else:
         max_k = kv.capacity
     return _run(q, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
-                softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs)
+                softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant)
 
 
 def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Union[int, Any, None] = None,
@@ -412,7 +455,8 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     cache_seqlens), a row that sees no key gets out = 0 and lse = -inf. softmax_scale: None = 1/sqrt(head_dim).
     num_splits: 0 = the heuristic (FlashAttention-3's default here), 1 = no split, > 1 = that many KV splits (the
     partials go to a workspace allocated here with torch and are merged on the same stream). pack_gqa: None =
-    the heuristic, True / False. All tensors on one CUDA device; runs asynchronously on torch's current stream.
+    the heuristic, True / False. window_size, softcap and sinks as in flash_attn_varlen_func. All tensors on one
+    CUDA device; runs asynchronously on torch's current stream.
     Forward only; not a torch op yet (under torch.compile the call is a graph break).
 
     Returns out, or (out, lse) when return_lse (or FlashAttention-3's return_softmax_lse): lse float32
@@ -420,16 +464,14 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects) naming the argument; TypeError for
     a non-tensor; NotImplementedError for FlashAttention-3 arguments fa3jit does not implement yet (k and v
     appended into the cache, cu_seqlens_k_new, qv, rotary_cos / rotary_sin / rotary_seqlens, cache_batch_idx,
-    cache_leftpad, FP8 descales, window_size other than (-1, -1), attention_chunk, softcap, sinks,
-    scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails.
+    cache_leftpad, FP8 descales, attention_chunk, scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails.
     rotary_interleaved is accepted: it only qualifies rotary_cos / rotary_sin.
     """
     function = "flash_attn_with_kvcache"
     _refuse_unsupported(function, k=k, v=v, cu_seqlens_k_new=cu_seqlens_k_new, qv=qv, rotary_cos=rotary_cos,
                         rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens, cache_batch_idx=cache_batch_idx,
                         cache_leftpad=cache_leftpad, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-                        window_size=window_size, attention_chunk=attention_chunk, softcap=softcap, sinks=sinks,
-                        scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+                        attention_chunk=attention_chunk, scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
     torch = _attention._torch
@@ -462,6 +504,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
                              f"(keys per sequence)")
     _last_dim_contiguous(q=q)
     splits, packing = _checked_options(num_splits, pack_gqa)
+    variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
     _check_devices(q, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_q, cache_seqlens=kv.seqused_k,
                    page_table=kv.page_table, out=None if out is None else _tensor(out, "out"))
     if fill_seqlens is not None:
@@ -472,4 +515,4 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
         max_q = seqlen_q
     return _run(q, k_cache, v_cache, kv, dtype_code, varlen_q, batch, seqlen_q, num_heads, head_dim,
                 cu_q, max_q, kv.capacity, softmax_scale, causal, splits, packing, out,
-                return_lse or return_softmax_lse)
+                return_lse or return_softmax_lse, variant)
