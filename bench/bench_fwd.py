@@ -25,6 +25,7 @@ flash_attn_func does. Without it the FA3 column reads n/a and the reason is prin
     python bench/bench_fwd.py                  # full sweep: fp16, bf16 x head_dim 64/128/256 x causal
     python bench/bench_fwd.py --dtype e4m3     # FP8: fa3jit and FA3 fp8 beside cuDNN bf16
     python bench/bench_fwd.py --quick          # bf16, head_dim 128, seqlen 2048 and 8192
+    python bench/bench_fwd.py --dtype bf16 --head-dim 96 192 192/128   # other head dims (FLOPs use d + dv)
 Prints one markdown table per dtype (TFLOP/s, fa3jit / FA3 and fa3jit / cuDNN with their geometric means).
 Writes bench/results/<date>.json and a PNG bar chart beside it (needs matplotlib; skipped with a message), and
 --json PATH writes the same JSON to PATH.
@@ -48,10 +49,26 @@ NAMES = {"fa3jit": "fa3jit", "fa3": "FA3", "cudnn": "cuDNN", "fa2": "FA2"}
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn
 
 
+def head_dims(text):
+    """'128' -> (128, 128); '192/128' -> (192, 128): head_dim and head_dim_v."""
+    try:
+        dims = tuple(int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not D or D/DV") from None
+    if len(dims) not in (1, 2) or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not D or D/DV")
+    return dims if len(dims) == 2 else dims * 2
+
+
+def dims_label(head_dim, head_dim_v):
+    return str(head_dim) if head_dim == head_dim_v else f"{head_dim}/{head_dim_v}"
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", nargs="+", choices=["fp16", "bf16", "e4m3"], default=["fp16", "bf16"])
-    parser.add_argument("--head-dim", nargs="+", type=int, choices=[64, 128, 256], default=[64, 128, 256])
+    parser.add_argument("--head-dim", nargs="+", type=head_dims, default=[(64, 64), (128, 128), (256, 256)],
+                        metavar="D[/DV]", help="head_dim, or head_dim/head_dim_v (e.g. 96 192 192/128)")
     parser.add_argument("--causal", choices=["both", "true", "false"], default="both")
     parser.add_argument("--seqlens", nargs="+", type=int, default=[512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--quick", action="store_true", help="bf16, head_dim 128, seqlen 2048 and 8192")
@@ -66,7 +83,7 @@ def parse_args():
     parser.add_argument("--no-save", action="store_true", help="print the table only (and --json if given)")
     args = parser.parse_args()
     if args.quick:
-        args.dtype, args.head_dim, args.seqlens = ["bf16"], [128], [2048, 8192]
+        args.dtype, args.head_dim, args.seqlens = ["bf16"], [(128, 128)], [2048, 8192]
     if args.runs < 30:
         parser.error("--runs must be at least 30 (the convention is the median of >= 30 runs)")
     for seqlen in args.seqlens:
@@ -178,18 +195,21 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8):
     return calls
 
 
-def bench_case(torch, fa3jit, fa3, timer, dtype_name, head_dim, causal, seqlen, args):
+def bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args):
     fp8 = dtype_name == "e4m3"
+    head_dim, head_dim_v = dims
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.bfloat16}[dtype_name]
     batch, heads = TOKENS // seqlen, HIDDEN // head_dim
     generator = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, dtype=dtype, device="cuda", generator=generator)
-               for _ in range(3))
-    flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+    q, k = (torch.randn(batch, seqlen, heads, head_dim, dtype=dtype, device="cuda", generator=generator)
+            for _ in range(2))
+    v = torch.randn(batch, seqlen, heads, head_dim_v, dtype=dtype, device="cuda", generator=generator)
+    # FA3's benchmark: 2 * b * h * sq * sk * (head_dim + head_dim_v), halved for causal (4 * ... * d when equal).
+    flops = 2 * batch * heads * seqlen * seqlen * (head_dim + head_dim_v) / (2 if causal else 1)
     fa3_op, fa3_reason = fa3
     calls = make_calls(torch, fa3jit, fa3_op, q, k, v, causal, args.sdpa_layout, fp8)
-    row = {"dtype": dtype_name, "head_dim": head_dim, "causal": causal, "seqlen": seqlen, "batch": batch,
-           "heads": heads, "flops": flops}
+    row = {"dtype": dtype_name, "head_dim": head_dim, "head_dim_v": head_dim_v, "causal": causal, "seqlen": seqlen,
+           "batch": batch, "heads": heads, "flops": flops}
     outputs = {}
     for name in args.backends:
         if name == "fa3" and fa3_op is None:
@@ -257,7 +277,8 @@ def markdown_table(rows, backends):
               [column_label(b, dtype_name) for b in shown] + [f"{NAMES[a]} / {NAMES[b]}" for a, b in ratios])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [row["dtype"], str(row["head_dim"]), str(row["causal"]), str(row["seqlen"]), str(row["batch"]),
+        cells = [row["dtype"], dims_label(row["head_dim"], row.get("head_dim_v", row["head_dim"])), str(row["causal"]),
+                 str(row["seqlen"]), str(row["batch"]),
                  str(row["heads"])] + [cell(row, b) for b in shown]
         for a, b in ratios:
             r = ratio(row, a, b)
@@ -279,7 +300,10 @@ def save_chart(rows, backends, path):
     except ImportError:
         print("matplotlib is not installed: no PNG chart (pip install matplotlib)")
         return None
-    groups = sorted({(r["dtype"], r["causal"], r["head_dim"]) for r in rows})
+    def dims(r):
+        return dims_label(r["head_dim"], r.get("head_dim_v", r["head_dim"]))
+
+    groups = sorted({(r["dtype"], r["causal"], dims(r)) for r in rows})
     columns = sorted({g[2] for g in groups})
     panel_rows = sorted({(g[0], g[1]) for g in groups})
     figure, axes = plt.subplots(len(panel_rows), len(columns), squeeze=False,
@@ -288,7 +312,7 @@ def save_chart(rows, backends, path):
     for i, (dtype, causal) in enumerate(panel_rows):
         for j, head_dim in enumerate(columns):
             axis = axes[i][j]
-            cases = [r for r in rows if (r["dtype"], r["causal"], r["head_dim"]) == (dtype, causal, head_dim)]
+            cases = [r for r in rows if (r["dtype"], r["causal"], dims(r)) == (dtype, causal, head_dim)]
             for b, backend in enumerate(backends):
                 values = [tflops(r, backend) or 0.0 for r in cases]
                 axis.bar([x + b * width for x in range(len(cases))], values, width,
@@ -352,13 +376,14 @@ def main():
     causal_values = {"both": [False, True], "true": [True], "false": [False]}[args.causal]
     rows = []
     for dtype_name in args.dtype:
-        for head_dim in args.head_dim:
+        for dims in args.head_dim:
             for causal in causal_values:
                 for seqlen in args.seqlens:
-                    row = bench_case(torch, fa3jit, fa3, timer, dtype_name, head_dim, causal, seqlen, args)
+                    row = bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args)
                     rows.append(row)
                     print(" ".join(f"{b}={cell(row, b)}" for b in args.backends),
-                          f"<- {dtype_name} d{head_dim} causal={causal} s={seqlen}", file=sys.stderr, flush=True)
+                          f"<- {dtype_name} d{dims_label(*dims)} causal={causal} s={seqlen}", file=sys.stderr,
+                          flush=True)
     env = environment(torch, fa3jit, fa3, args)
     print(f"\n{env['device']}, torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}, "
           f"fa3jit {env['fa3jit']}, FA3 {env['fa3'] or 'n/a'}; TFLOP/s, median of {args.runs}\n")

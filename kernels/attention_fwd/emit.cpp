@@ -62,7 +62,14 @@ nlohmann::json capabilities_json() {
   const Capabilities& c = capabilities();
   std::vector<std::string> dtypes;
   for (DType d : c.dtypes) dtypes.emplace_back(dtype_name(d));
-  return {{"dtypes", dtypes}, {"head_dims", c.head_dims}, {"head_dim_v_may_differ", c.head_dim_v_may_differ},
+  auto rule = [](const HeadDimRule& r) {
+    return nlohmann::json{{"min", r.min}, {"max", r.max}, {"multiple_of", r.multiple}};
+  };
+  return {{"dtypes", dtypes},
+          {"head_dims", rule(c.head_dims)},
+          {"fp8_head_dims", rule(c.fp8_head_dims)},
+          {"tuned_head_dims", c.tuned_head_dims},
+          {"head_dim_v_may_differ", c.head_dim_v_may_differ},
           {"features", c.features}};
 }
 

@@ -166,16 +166,21 @@ CallShape check_shape(const ForwardArgs& a) {
                              dtype_name(a.dtype), fp8 ? "per_head or per_block" : "none"));
   s.head_dim = a.head_dim;
   s.head_dim_v = a.head_dim_v == 0 ? a.head_dim : a.head_dim_v;
-  if (s.head_dim < 1 || s.head_dim > 0x7fffffff || s.head_dim_v < 1 || s.head_dim_v > 0x7fffffff ||
-      !supports_head_dims(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v))) {
-    if (s.head_dim_v != s.head_dim && s.head_dim >= 1 && s.head_dim <= 0x7fffffff &&
-        supports_head_dims(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim)))
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("argument head_dim_v = {} is not supported; head_dim_v must equal head_dim ({}) in this "
-                              "release",
-                              a.head_dim_v, a.head_dim));
+  const HeadDimRule& rule = head_dim_rule(a.dtype);
+  if (!rule.allows(s.head_dim))
     bad_argument(fmt::format("argument head_dim = {} is not supported for dtype {}; supported head dims are {}",
                              a.head_dim, dtype_name(a.dtype), allowed_head_dims(a.dtype)));
+  if (!rule.allows(s.head_dim_v))
+    bad_argument(fmt::format("argument head_dim_v = {} is not supported for dtype {}; supported head dims are {}",
+                             a.head_dim_v, dtype_name(a.dtype), allowed_head_dims(a.dtype)));
+  // Every equal pair has a tile (tile_table.h); a pair of different dims may not, which is told before the driver.
+  if (s.head_dim != s.head_dim_v) {
+    try {
+      (void)default_tile(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), false);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("arguments head_dim = {}, head_dim_v = {}: {}", s.head_dim, s.head_dim_v,
+                                        e.what()));
+    }
   }
   s.batch = checked_extent(a.batch, "batch", 0x7fffffff);
   s.num_heads = checked_extent(a.num_heads, "num_heads", 0x7fffffff);
@@ -392,8 +397,8 @@ Layout base_layout(const ForwardArgs& a, const CallShape& s) {
 }
 
 // The tile a shape class runs (the tile table's; no validation, no allocation: the hot path calls it).
-TileDefaults class_tile(DType dtype, int head_dim, bool causal, const Layout& l) {
-  return variant_tile(dtype, head_dim, causal, l);
+TileDefaults class_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& l) {
+  return variant_tile(dtype, head_dim, head_dim_v, causal, l);
 }
 
 GridShape grid_shape(const CallShape& s, bool pack_gqa, int64_t num_splits) {
@@ -672,7 +677,8 @@ ClassChoice choose_class(const ForwardArgs& a, const CallShape& s, int ordinal) 
   l.local = s.local;
   l.softcap = s.softcap_log2 > 0.0f;
   l.sinks = a.sinks != nullptr;
-  const TileDefaults tile = class_tile(a.dtype, static_cast<int>(s.head_dim), causal, l);
+  const TileDefaults tile =
+      class_tile(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal, l);
   const int splits = resolve_splits(a, s, tile.block_m, tile.block_n, l.pack_gqa, ordinal);
   l.split_kv = splits > 1;
   return {ShapeClass{static_cast<int>(a.dtype), static_cast<int>(s.out_dtype), static_cast<int>(a.quant),

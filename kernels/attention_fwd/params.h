@@ -74,8 +74,8 @@ struct SmemPlan {
   int v_load_stage_bytes;  // e4m3: block_n x head_dim_v as TMA writes V (seqlen-major), which the producer
                            // transposes into a V stage; 0 for 16-bit
   int k_stage_bytes;    // block_n x head_dim
-  int v_stage_bytes;    // block_n x head_dim_v; e4m3: head_dim_v rows of block_n keys (K-major), in
-                        // ceil(block_n / 128) column blocks of 128 keys
+  int v_stage_bytes;    // block_n x head_dim_v; e4m3: transposed_v_rows(head_dim_v) rows of block_n keys
+                        // (K-major), in ceil(block_n / 128) column blocks of 128 keys
   int o_bytes;          // block_m x head_dim_v in the output dtype (the epilogue's staging tile)
   int o_staging_bytes;  // what the epilogue may use: Q and the V load stages
   int q_offset, v_load_offset, k_offset, v_offset, barrier_offset;
@@ -90,14 +90,19 @@ inline constexpr int kSmemAlignSlack = 1024;
 /// TMA writes zeros past the tensor's last column).
 FA3JIT_HOST_DEVICE constexpr int smem_row_bytes(int cols, int elem_bytes) { return (cols * elem_bytes + 127) / 128 * 128; }
 
+/// e4m3: rows of a transposed V stage, head_dim_v rounded up to the V transpose's 32 channels (device/transpose_v.cuh;
+/// the rows past head_dim_v hold the zeros TMA wrote past V's last column and are never read by P.V).
+FA3JIT_HOST_DEVICE constexpr int transposed_v_rows(int head_dim_v) { return (head_dim_v + 31) / 32 * 32; }
+
 FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int head_dim, int head_dim_v, int stages,
                                                 int elem_bytes, int out_elem_bytes, bool transpose_v) {
   SmemPlan p{};
   p.q_bytes = block_m * smem_row_bytes(head_dim, elem_bytes);
   p.v_load_stage_bytes = transpose_v ? block_n * smem_row_bytes(head_dim_v, elem_bytes) : 0;
   p.k_stage_bytes = block_n * smem_row_bytes(head_dim, elem_bytes);
-  p.v_stage_bytes = transpose_v ? (block_n + 127) / 128 * head_dim_v * 128 : block_n * head_dim_v * elem_bytes;
-  p.o_bytes = block_m * head_dim_v * out_elem_bytes;
+  p.v_stage_bytes = transpose_v ? (block_n + 127) / 128 * transposed_v_rows(head_dim_v) * 128
+                                : block_n * smem_row_bytes(head_dim_v, elem_bytes);
+  p.o_bytes = block_m * smem_row_bytes(head_dim_v, out_elem_bytes);
   p.o_staging_bytes = p.q_bytes + stages * p.v_load_stage_bytes;
   p.q_offset = 0;
   p.v_load_offset = p.q_offset + p.q_bytes;

@@ -45,15 +45,13 @@ void check_dtype(DType dtype) {
 }
 
 void check_head_dims(DType dtype, int head_dim, int head_dim_v) {
-  const std::vector<int>& dims = dtype == DType::kE4m3 ? capabilities().fp8_head_dims : capabilities().head_dims;
-  if (!contains(dims, head_dim))
+  const HeadDimRule& rule = head_dim_rule(dtype);
+  if (!rule.allows(head_dim))
     invalid(fmt::format("spec field \"head_dim\": {} is not supported for dtype \"{}\"; expected {}", head_dim,
                         dtype_name(dtype), allowed_head_dims(dtype)));
-  if (!supports_head_dims(dtype, head_dim, head_dim_v))
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("spec field \"head_dim_v\": {} is not supported; head_dim_v must equal head_dim ({}) in "
-                            "this release",
-                            head_dim_v, head_dim));
+  if (!rule.allows(head_dim_v))
+    invalid(fmt::format("spec field \"head_dim_v\": {} is not supported for dtype \"{}\"; expected {}", head_dim_v,
+                        dtype_name(dtype), allowed_head_dims(dtype)));
 }
 
 void check_precision(const Spec& spec) {
@@ -195,10 +193,11 @@ const Capabilities& capabilities() {
   static const Capabilities kCapabilities{
       {DType::kFp16, DType::kBf16, DType::kE4m3},
       {},
-      {64, 128, 256},
-      {64, 128, 256},
+      {8, 256, 8},
+      {16, 256, 16},
+      {64, 96, 128, 192, 256},
       {DType::kBf16, DType::kFp16},
-      false,
+      true,
       {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum", "varlen",
        "paged_kv", "split_kv", "pack_gqa", "seqused_k", "local", "softcap", "sinks"},
   };
@@ -207,15 +206,19 @@ const Capabilities& capabilities() {
 
 bool supports_dtype(DType dtype) noexcept { return contains(capabilities().dtypes, dtype); }
 
+const HeadDimRule& head_dim_rule(DType dtype) noexcept {
+  return dtype == DType::kE4m3 ? capabilities().fp8_head_dims : capabilities().head_dims;
+}
+
 bool supports_head_dims(DType dtype, int head_dim, int head_dim_v) noexcept {
-  const std::vector<int>& dims = dtype == DType::kE4m3 ? capabilities().fp8_head_dims : capabilities().head_dims;
-  return contains(dims, head_dim) &&
-         (head_dim_v == head_dim || (capabilities().head_dim_v_may_differ && contains(dims, head_dim_v)));
+  const HeadDimRule& rule = head_dim_rule(dtype);
+  return rule.allows(head_dim) && (head_dim_v == head_dim || (capabilities().head_dim_v_may_differ &&
+                                                              rule.allows(head_dim_v)));
 }
 
 std::string allowed_head_dims(DType dtype) {
-  return fmt::format("one of {}",
-                     fmt::join(dtype == DType::kE4m3 ? capabilities().fp8_head_dims : capabilities().head_dims, ", "));
+  const HeadDimRule& rule = head_dim_rule(dtype);
+  return fmt::format("a multiple of {} in [{}, {}]", rule.multiple, rule.min, rule.max);
 }
 
 DType default_out_dtype(DType dtype) noexcept { return dtype == DType::kE4m3 ? DType::kBf16 : dtype; }
@@ -302,7 +305,8 @@ Spec parse_spec(const json& doc) {
   Spec spec;
   spec.dtype = read_dtype(doc);
   spec.head_dim = read_head_dim(doc);
-  spec.head_dim_v = doc.contains("head_dim_v") ? read_any_int(doc, "head_dim_v", "equal to head_dim") : spec.head_dim;
+  spec.head_dim_v = doc.contains("head_dim_v") ? read_any_int(doc, "head_dim_v", allowed_head_dims(spec.dtype))
+                                               : spec.head_dim;
   check_head_dims(spec.dtype, spec.head_dim, spec.head_dim_v);  // the tile table is indexed by them
   spec.causal = read_knob(doc, "causal", false);
   const bool fp8 = spec.dtype == DType::kE4m3;
@@ -322,7 +326,7 @@ Spec parse_spec(const json& doc) {
   Layout variant;
   variant.local = spec.local;
   variant.softcap = spec.softcap;
-  const TileDefaults defaults = variant_tile(spec.dtype, spec.head_dim, spec.causal, variant);
+  const TileDefaults defaults = variant_tile(spec.dtype, spec.head_dim, spec.head_dim_v, spec.causal, variant);
   spec.fp32_two_level_accum = read_knob(doc, "fp32_two_level_accum", fp8 && defaults.fp32_two_level_accum);
   read_tile(doc, defaults, spec);
   spec.stages = doc.contains("stages") ? read_any_int(doc, "stages", "an integer in [2, 4]") : defaults.stages;
@@ -351,7 +355,7 @@ Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int h
                   const Layout& layout) {
   check_dtype(dtype);
   check_head_dims(dtype, head_dim, head_dim_v);
-  const TileDefaults d = variant_tile(dtype, head_dim, causal, layout);
+  const TileDefaults d = variant_tile(dtype, head_dim, head_dim_v, causal, layout);
   const bool serving = layout.varlen_q || layout.varlen_k || layout.paged_kv || layout.pack_gqa || layout.split_kv;
   Spec spec;
   spec.dtype = dtype;

@@ -6,8 +6,12 @@
 //   dtype               element type of q, k, v: a dtype of capabilities() ("fp16" | "bf16" | "e4m3")
 //   out_dtype           element type of out: for fp16/bf16 the input dtype (the default; nothing else is
 //                       allowed), for e4m3 "bf16" (default) or "fp16"
-//   head_dim            a head dim of capabilities() for the dtype (64 | 128 | 256 for every dtype)
-//   head_dim_v          defaults to head_dim; capabilities() says which pairs exist (equal ones today)
+//   head_dim            a head dim of capabilities() for the dtype: fp16/bf16 a multiple of 8 in [8, 256], e4m3 a
+//                       multiple of 16 in [16, 256]; each is generated directly (the sizes between the tile
+//                       table's rows 64, 96, 128, 192, 256 run the next row's tile, with TMA's zero fill past the
+//                       last column; docs/kernel-design.md, "Head dims")
+//   head_dim_v          defaults to head_dim; any size of the same rule (DeepSeek's MLA prefill: 192 / 128), where
+//                       a tile fits the shared-memory and register budgets (the tile table says which do not)
 //   quant               e4m3 only: how q, k, v are scaled (the descale arguments, launch.h: ScaleView):
 //                       "per_head" (default; FA3's contract: q_descale, k_descale, v_descale of shape
 //                       (batch, num_heads_kv)) or "per_block" (q: one per (batch, head, block_m rows), k: one
@@ -64,20 +68,34 @@ inline constexpr std::string_view kKind = "attention_fwd";
 
 /// What this build of the family generates: the one statement of it. Spec parsing, launch checks, error
 /// messages, `fa3jit_capabilities_json` and the Python package's capabilities() all read this table.
+/// The head dims of a dtype: every multiple of `multiple` in [min, max] (head_dim and head_dim_v alike).
+struct HeadDimRule {
+  int min, max, multiple;
+  bool allows(long long head_dim) const noexcept {
+    return head_dim >= min && head_dim <= max && head_dim % multiple == 0;
+  }
+};
+
 struct Capabilities {
   std::vector<DType> dtypes;          // element types of q, k, v
   std::vector<DType> reserved_dtypes;  // named by the spec language but not generated yet (kUnsupported)
-  std::vector<int> head_dims;         // of the 16-bit dtypes
-  std::vector<int> fp8_head_dims;     // of e4m3
+  // 16-bit: k16 wgmma steps over head_dim (TMA zero-fills a partial step) and an n8 granule of head_dim_v; rows of
+  // 16 bytes, as TMA's strides need. e4m3: k32 steps, and the V transpose works on 32 channels (zero rows past
+  // head_dim_v).
+  HeadDimRule head_dims;              // of the 16-bit dtypes
+  HeadDimRule fp8_head_dims;          // of e4m3
+  std::vector<int> tuned_head_dims;   // the tile table's rows; other sizes take the next row's tile (tile_table.h)
   std::vector<DType> fp8_out_dtypes;  // out dtypes of an e4m3 kernel
-  bool head_dim_v_may_differ;         // false: head_dim_v must equal head_dim
+  bool head_dim_v_may_differ;         // head_dim_v may be any size of the rule (where a tile fits)
   std::vector<std::string> features;  // "causal", "gqa", ...
 };
 const Capabilities& capabilities();
 
 bool supports_dtype(DType dtype) noexcept;
+/// Whether head_dim and head_dim_v are sizes of the dtype's rule (a pair may still find no tile: tile_table.h).
 bool supports_head_dims(DType dtype, int head_dim, int head_dim_v) noexcept;
-/// "one of 64, 128, 256" / "one of \"fp16\", \"bf16\"": what a message says is allowed.
+const HeadDimRule& head_dim_rule(DType dtype) noexcept;
+/// "a multiple of 8 in [8, 256]" / "one of \"fp16\", \"bf16\"": what a message says is allowed.
 std::string allowed_head_dims(DType dtype);
 std::string allowed_dtypes();
 
@@ -130,7 +148,7 @@ struct Layout {
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
 /// "tile.block_n"), the value and what is allowed; Error(kUnsupported) for values the language names but
-/// this build does not generate (e4m3, head_dim_v != head_dim). Never aborts.
+/// this build does not generate (a head_dim / head_dim_v pair no tile fits). Never aborts.
 Spec parse_spec(const nlohmann::json& doc);
 /// Same, from JSON text; a syntax error is kInvalidSpec with the parser's position.
 Spec parse_spec(const std::string& json_text);

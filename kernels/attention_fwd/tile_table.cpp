@@ -35,60 +35,128 @@ int pinned_registers_per_thread(int num_threads) {
 
 }  // namespace
 
-TileDefaults default_tile(DType dtype, int head_dim, bool causal) {
-  (void)causal;  // the measured best tiles are the same for both masks (bench/NOTES.md)
-  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap, cluster_m, two-level}
+namespace {
+
+// The smallest row of the tile table (capabilities().tuned_head_dims) at or above a head dim of the dtype's rule.
+int tuned_row(int head_dim) {
+  for (int d : capabilities().tuned_head_dims)
+    if (head_dim <= d) return d;
+  return capabilities().tuned_head_dims.back();
+}
+
+// The measured (or FA3's) tile of a row pair. {block_m, block_n, consumer_warpgroups, stages, pingpong,
+// intra_wg_overlap}; a pair without its own row takes the equal pair of the larger dim.
+TileDefaults table_tile(DType dtype, int row, int row_v) {
   if (dtype == DType::kE4m3) {
-    switch (head_dim) {
-      // FA3's fp8 tiles (hopper/tile_size.h): 192x160 at d64, 128x224 at d128, 128x128 at d256, all RS P.V,
-      // intra-warpgroup overlap and pingpong. The producer warpgroup also transposes V in shared memory.
-      case 64: return {192, 160, 3, 2, true, true, 1, false};
-      case 128: return {128, 224, 2, 2, true, true, 1, false};
-      case 256: return {128, 128, 2, 2, true, true, 1, false};
-      default: break;
+    if (row == 192 && row_v == 128) return {128, 160, 2, 2, true, true};  // FA3's fp8 192/128 tile
+    switch (std::max(row, row_v)) {
+      // FA3's fp8 tiles (hopper/tile_size.h): 192x160 at d64, 192x128 at d96, 128x224 at d128, 128x128 at d256,
+      // all RS P.V, intra-warpgroup overlap and pingpong. The producer warpgroup also transposes V in shared
+      // memory. d192: FA3's 128x160 needs 192-byte rows (64-byte swizzle); with rows padded to 256 bytes two
+      // stages fit at 128x128.
+      case 64: return {192, 160, 3, 2, true, true};
+      case 96: return {192, 128, 3, 2, true, true};
+      case 128: return {128, 224, 2, 2, true, true};
+      case 192: return {128, 128, 2, 2, true, true};
+      default: return {128, 128, 2, 2, true, true};
     }
-    throw Error(ErrorCode::kInvalidSpec, fmt::format("spec field \"head_dim\": {} is not supported for dtype \"e4m3\"; "
-                                                     "expected {}",
-                                                     head_dim, allowed_head_dims(dtype)));
   }
-  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
-  switch (head_dim) {
+  if (row == 192 && row_v == 128) return {128, 128, 2, 2, true, true};  // FA3's 192/128 (DeepSeek MLA prefill)
+  switch (std::max(row, row_v)) {
     // 3 consumer warpgroups at 160 registers each hold a 192-row tile with block_n 128 (FA3's causal
     // tile; FA3's non-causal 192x192 needs P through shared memory). Round-robin pingpong over the three
     // warpgroups: +12.5% on the H200 (559 vs 497 TFLOPS, bf16 8k, bench/NOTES.md).
     case 64: return {192, 128, 3, 2, true, true};
+    // d96 rows are padded to 128 bytes in shared memory, so d128's tile fits as it is (FA3's 192x144 needs P
+    // through shared memory).
+    case 96: return {128, 176, 2, 2, true, true};
     // 128x176 (FA3's non-causal tile, at the shared-memory limit with 2 stages) for both masks: on the H200
     // it beat 128x128 causal by 2% (651 vs 638 TFLOPS, bf16 8k, bench/NOTES.md); intra-warpgroup overlap
     // and pingpong on (FA3 paper §3.1-3.2).
     case 128: return {128, 176, 2, 2, true, true};
+    // FA3's 128x112: two stages of 112 x 384-byte K and V rows beside Q fill shared memory.
+    case 192: return {128, 112, 2, 2, true, true};
     // 128x80 is at the shared-memory limit with 2 stages (FA3 uses the same tile); pingpong measured
     // equal or better (760 vs 754 TFLOPS, bf16 8k), so it stays on.
-    case 256: return {128, 80, 2, 2, true, true};
-    default: break;
+    default: return {128, 80, 2, 2, true, true};
   }
-  throw Error(ErrorCode::kInvalidSpec,
-              fmt::format("spec field \"head_dim\": {} is not supported; expected {}", head_dim, allowed_head_dims(dtype)));
 }
 
-TileDefaults decode_tile(DType dtype, int head_dim) {
+// The budget problems of a tile at (dtype, head_dim, head_dim_v) with the dtype's default output (empty: it fits).
+std::vector<std::string> tile_problems(DType dtype, int head_dim, int head_dim_v, const TileDefaults& t) {
+  Spec spec;
+  spec.dtype = dtype;
+  spec.out_dtype = default_out_dtype(dtype);
+  spec.quant = dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone;
+  spec.head_dim = head_dim;
+  spec.head_dim_v = head_dim_v;
+  spec.block_m = t.block_m;
+  spec.block_n = t.block_n;
+  spec.consumer_warpgroups = t.consumer_warpgroups;
+  spec.stages = t.stages;
+  spec.intra_wg_overlap = t.intra_wg_overlap;
+  spec.pingpong = t.pingpong;
+  spec.fp32_two_level_accum = t.fp32_two_level_accum;
+  return budget_problems(spec, derive_config(spec));
+}
+
+// A row's tile for a head dim pair below the row: as it is when it fits (it always does at the row's own sizes,
+// which take no more), else with block_n narrowed to the widest that fits (a pair of different rows); no tile fits
+// is a kUnsupported error naming both dims.
+TileDefaults fitted(DType dtype, int head_dim, int head_dim_v, TileDefaults t) {
+  const int step = dtype == DType::kE4m3 ? 32 : 16;  // the e4m3 V transpose works on 32 keys
+  std::vector<std::string> problems = tile_problems(dtype, head_dim, head_dim_v, t);
+  while (!problems.empty() && t.block_n > step) {
+    t.block_n -= step;
+    problems = tile_problems(dtype, head_dim, head_dim_v, t);
+  }
+  if (!problems.empty())
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("spec fields \"head_dim\" ({}) and \"head_dim_v\" ({}): no {} tile fits ({}); pairs "
+                            "with a kernel include every equal pair of {} and 192 / 128",
+                            head_dim, head_dim_v, dtype_name(dtype), fmt::join(problems, "; "),
+                            allowed_head_dims(dtype)));
+  return t;
+}
+
+}  // namespace
+
+TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
+  (void)causal;  // the measured best tiles are the same for both masks (bench/NOTES.md)
+  if (!supports_head_dims(dtype, head_dim, head_dim_v))
+    throw Error(ErrorCode::kInvalidSpec,
+                fmt::format("spec fields \"head_dim\" ({}) and \"head_dim_v\" ({}) are not supported for dtype "
+                            "\"{}\"; each is {}",
+                            head_dim, head_dim_v, dtype_name(dtype), allowed_head_dims(dtype)));
+  return fitted(dtype, head_dim, head_dim_v, table_tile(dtype, tuned_row(head_dim), tuned_row(head_dim_v)));
+}
+
+TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
   // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}: bytes of one K+V stage x stages
   // ~ 128 KB (d64: 32 KB x 4, d128: 64 KB x 2, d256: 64 KB x 2; e4m3 halves a stage).
+  if (!supports_head_dims(dtype, head_dim, head_dim_v)) return default_tile(dtype, head_dim, head_dim_v, false);
   const bool fp8 = dtype == DType::kE4m3;
-  switch (head_dim) {
-    case 64: return {64, 128, 1, 4, false, true};
-    case 128: return {64, 128, 1, fp8 ? 4 : 2, false, true};
-    case 256: return {64, fp8 ? 128 : 64, 1, 2, false, true};
-    default: break;
+  TileDefaults t{64, 128, 1, 2, false, true};
+  switch (std::max(tuned_row(head_dim), tuned_row(head_dim_v))) {
+    case 64: t.stages = 4; break;
+    case 96:
+    case 128: t.stages = fp8 ? 4 : 2; break;
+    case 192: break;
+    default: t.block_n = fp8 ? 128 : 64; break;
   }
-  return default_tile(dtype, head_dim, false);  // throws the message for an unsupported head_dim
+  return fitted(dtype, head_dim, head_dim_v, t);
 }
 
-TileDefaults variant_tile(DType dtype, int head_dim, bool causal, const Layout& layout) {
-  if (layout.short_q) return decode_tile(dtype, head_dim);
-  TileDefaults d = default_tile(dtype, head_dim, causal || layout.local);
-  // e4m3 + softcap spilled 528 bytes at d128 128x224 and 224 at d256 128x128; 128x160 and 128x96 spill none.
-  if (dtype == DType::kE4m3 && layout.softcap && head_dim == 128) d.block_n = 160;
-  if (dtype == DType::kE4m3 && layout.softcap && head_dim == 256) d.block_n = 96;
+TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& layout) {
+  if (layout.short_q) return decode_tile(dtype, head_dim, head_dim_v);
+  TileDefaults d = default_tile(dtype, head_dim, head_dim_v, causal || layout.local);
+  // e4m3 + softcap spilled 528 bytes at d128 128x224 and 224 at d256 128x128; 128x160 and 128x96 spill none (d96
+  // 192x128 and d192 128x128 spill none as they are).
+  if (dtype == DType::kE4m3 && layout.softcap) {
+    const int row = std::max(tuned_row(head_dim), tuned_row(head_dim_v));
+    if (row == 128) d.block_n = std::min(d.block_n, 160);
+    if (row == 256) d.block_n = std::min(d.block_n, 96);
+  }
   return d;
 }
 
@@ -137,20 +205,18 @@ KernelConfig derive_config(const Spec& spec) {
   return config;
 }
 
-void check_budgets(const Spec& spec, const KernelConfig& config) {
+std::vector<std::string> budget_problems(const Spec& spec, const KernelConfig& config) {
   const int wg = spec.consumer_warpgroups;
+  std::vector<std::string> problems;
   const int pinned = pinned_registers_per_thread(config.num_threads);
   const int wanted = config.producer_registers + wg * config.consumer_registers;
   if (wanted > pinned * (wg + 1)) {
-    throw Error(ErrorCode::kInvalidSpec,
-                fmt::format("spec field \"consumer_warpgroups\": {} needs a register split of producer {} + "
-                            "{} x consumer {} = {} registers per thread slot, over the pool of {} x {} = {}",
-                            wg, config.producer_registers, wg, config.consumer_registers, wanted, wg + 1,
-                            pinned, pinned * (wg + 1)));
+    problems.push_back(fmt::format("spec field \"consumer_warpgroups\": {} needs a register split of producer {} + "
+                                   "{} x consumer {} = {} registers per thread slot, over the pool of {} x {} = {}",
+                                   wg, config.producer_registers, wg, config.consumer_registers, wanted, wg + 1,
+                                   pinned, pinned * (wg + 1)));
+    return problems;
   }
-
-  // Report every resource that does not fit in one message, so the user fixes the spec once.
-  std::vector<std::string> problems;
   if (config.estimated_consumer_registers > config.consumer_registers) {
     problems.push_back(fmt::format(
         "spec fields \"tile.block_n\" ({}), \"head_dim\" ({}) and \"consumer_warpgroups\" ({}) need an "
@@ -178,9 +244,13 @@ void check_budgets(const Spec& spec, const KernelConfig& config) {
         "over the limit of {} bytes per block; use fewer stages or a smaller tile.block_n",
         spec.stages, spec.block_m, spec.block_n, spec.head_dim, config.smem_bytes, kMaxSharedMemoryPerBlock));
   }
-  if (!problems.empty()) {
-    throw Error(ErrorCode::kInvalidSpec, fmt::format("{}", fmt::join(problems, "; also ")));
-  }
+  return problems;
+}
+
+void check_budgets(const Spec& spec, const KernelConfig& config) {
+  // Every resource that does not fit in one message, so the user fixes the spec once.
+  const std::vector<std::string> problems = budget_problems(spec, config);
+  if (!problems.empty()) throw Error(ErrorCode::kInvalidSpec, fmt::format("{}", fmt::join(problems, "; also ")));
 }
 
 KernelConfig make_kernel_config(const Spec& spec) {

@@ -27,19 +27,23 @@ struct TileDefaults {
   bool fp32_two_level_accum = false;  // e4m3 only
 };
 
-/// Default tile for (dtype, head_dim, causal); head_dim must be one of capabilities().head_dims (fp8_head_dims for
-/// e4m3).
-TileDefaults default_tile(DType dtype, int head_dim, bool causal);
+/// Default tile for (dtype, head_dim, head_dim_v, causal), each dim of the dtype's rule (spec.h: HeadDimRule). The
+/// table has rows for the tuned head dims (capabilities().tuned_head_dims: 64, 96, 128, 192, 256, and the pair
+/// 192 / 128); any other size takes the row at or above it (its shared-memory rows and TMA boxes cover the next
+/// 64-column block, zero-filled past the last column), a pair of different rows the row of the larger one with
+/// block_n narrowed until the budgets fit. Error(kUnsupported) names both dims when no tile fits (e.g. head_dim 64
+/// with head_dim_v 256: the output does not fit the shared memory it is staged in).
+TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal);
 
-/// The tile of the kernel the runtime (or a spec leaving the tile out) picks for (dtype, head_dim, causal, layout):
-/// the decode tile for layout.short_q, else the default tile of the mask (a sliding window takes the causal one);
-/// e4m3 with softcap narrows block_n where tanh's extra live values made FA3's widest fp8 tiles spill (ptxas).
-TileDefaults variant_tile(DType dtype, int head_dim, bool causal, const Layout& layout);
+/// The tile of the kernel the runtime (or a spec leaving the tile out) picks for (dtype, head dims, causal,
+/// layout): the decode tile for layout.short_q, else the default tile of the mask (a sliding window takes the causal
+/// one); e4m3 with softcap narrows block_n where tanh's extra live values made FA3's widest fp8 tiles spill (ptxas).
+TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& layout);
 
 /// Tile of a call whose M tile holds at most 64 rows (a decode step, with or without pack_gqa): one consumer
 /// warpgroup of 64 rows, the key block and stages sized so about 128 KB of K/V are in flight per CTA, since
 /// such a call is bound by memory bandwidth, not by the tensor cores.
-TileDefaults decode_tile(DType dtype, int head_dim);
+TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v);
 
 /// Numbers derived from a valid Spec that the kernel and the launcher both need.
 struct KernelConfig {
@@ -61,6 +65,8 @@ KernelConfig derive_config(const Spec& spec);
 /// The resource part of validate(): throws Error(kInvalidSpec) when shared memory exceeds
 /// kMaxSharedMemoryPerBlock or the register estimate exceeds the setmaxnreg budget, naming the fields.
 void check_budgets(const Spec& spec, const KernelConfig& config);
+/// The messages check_budgets throws (empty: the spec fits); the tile table narrows its tiles with it.
+std::vector<std::string> budget_problems(const Spec& spec, const KernelConfig& config);
 
 /// validate(spec), then derive_config(spec): the way every stage gets a KernelConfig.
 KernelConfig make_kernel_config(const Spec& spec);

@@ -188,18 +188,23 @@ TEST_CASE("bad scalars, head dims, head counts and dtypes are rejected", "[fake_
     a.softmax_scale = -0.125f;
     expect_rejected(a, ErrorCode::kInvalidArgument, "argument softmax_scale = -0.125");
   }
-  SECTION("head_dim 80") {
-    a.head_dim = 80;
-    expect_rejected(a, ErrorCode::kInvalidArgument, "argument head_dim = 80");
-    expect_rejected(a, ErrorCode::kInvalidArgument, "64, 128, 256");
+  SECTION("head_dim 84") {
+    a.head_dim = 84;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument head_dim = 84");
+    expect_rejected(a, ErrorCode::kInvalidArgument, "a multiple of 8 in [8, 256]");
   }
   SECTION("num_heads 6 with num_heads_kv 4") {
     ForwardArgs b = problem(1, 64, 64, 6, 4, 128);
     expect_rejected(b, ErrorCode::kInvalidArgument, "argument num_heads = 6 is not a multiple of num_heads_kv = 4");
   }
-  SECTION("head_dim_v 64 with head_dim 128 is unsupported") {
-    a.head_dim_v = 64;
-    expect_rejected(a, ErrorCode::kUnsupported, "argument head_dim_v = 64");
+  SECTION("head_dim_v 260 is not a head dim") {
+    a.head_dim_v = 260;
+    expect_rejected(a, ErrorCode::kInvalidArgument, "argument head_dim_v = 260");
+  }
+  SECTION("head_dim 64 with head_dim_v 256 has no tile") {
+    a.head_dim = 64;
+    a.head_dim_v = 256;
+    expect_rejected(a, ErrorCode::kUnsupported, "\"head_dim_v\" (256)");
   }
   SECTION("e4m3 without descales") {
     a.dtype = DType::kE4m3;

@@ -366,8 +366,10 @@ TEST_CASE("C ABI: fa3jit_attention_quant_blocks gives the tile of the e4m3 kerne
       CHECK(block_m == spec.block_m);
       CHECK(block_n == spec.block_n);
     }
-  CHECK(fa3jit_attention_quant_blocks(nullptr, 96, 0, &block_m, &block_n) == FA3JIT_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(fa3jit_last_error(), Contains("head_dim = 96") && Contains("expected one of"));
+  CHECK(fa3jit_attention_quant_blocks(nullptr, 72, 0, &block_m, &block_n) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("head_dim = 72") && Contains("expected a multiple of 16 in [16, 256]"));
+  REQUIRE(fa3jit_attention_quant_blocks(nullptr, 96, 0, &block_m, &block_n) == FA3JIT_OK);
+  CHECK(block_m == default_spec(fa3jit::DType::kE4m3, 96, 96, false).block_m);
   CHECK(fa3jit_attention_quant_blocks(nullptr, int64_t{1} << 40, 0, &block_m, &block_n) ==
         FA3JIT_ERROR_INVALID_ARGUMENT);
   CHECK(fa3jit_attention_quant_blocks(nullptr, 128, 2, &block_m, &block_n) == FA3JIT_ERROR_INVALID_ARGUMENT);

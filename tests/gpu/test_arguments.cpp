@@ -76,8 +76,12 @@ TEST_CASE("B5: an unsupported head_dim lists the supported ones", "[gpu][argumen
   ProblemShape s{DType::kFp16, 1, 64, 64, 2, 2, 128, false};
   AttentionProblem p(s, 1);
   ForwardArgs a = p.args();
-  a.head_dim = a.head_dim_v = 80;
-  expect_forward_error(a, ErrorCode::kInvalidArgument, "64, 128, 256");
+  a.head_dim = a.head_dim_v = 84;
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "head_dim = 84");
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "a multiple of 8 in [8, 256]");
+  a.head_dim = 128;
+  a.head_dim_v = 264;
+  expect_forward_error(a, ErrorCode::kInvalidArgument, "head_dim_v = 264");
 }
 
 TEST_CASE("a size-1 seqlen dimension may carry any stride (decode step from a DLPack producer)", "[gpu][arguments]") {

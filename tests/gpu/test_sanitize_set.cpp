@@ -1,8 +1,8 @@
 // The representative set the device script runs under compute-sanitizer (memcheck, racecheck, synccheck):
 // every attention mainloop variant once on odd sizes (2 consumer warpgroups causal, 3-warpgroup pingpong,
 // head_dim 256, a 2-CTA cluster, the sequential mainloop on a decode step; e4m3 with the producer's V
-// transpose, per-head and per-block descales and two-level accumulation), each checked against the float64
-// reference. The combine kernel's GPU tests run under the same tools. Also part of the normal GPU tests.
+// transpose, per-head and per-block descales and two-level accumulation; head dims 96, 72, 80, 192 / 128), each
+// checked against the float64 reference. The combine kernel's GPU tests run under the same tools. Also part of the normal GPU tests.
 #include <catch2/catch.hpp>
 
 #include "gpu_test.h"
@@ -27,11 +27,18 @@ TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", 
       {R"({"dtype":"e4m3","head_dim":64,"causal":true})", 300, 239},
       {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"quant":"per_block"})",
        300, 1023},
+      // head dims off the 64-column grid: partial column blocks in Q/K/V/O, a partial k-step, head_dim_v != head_dim
+      {R"({"dtype":"bf16","head_dim":96,"causal":true})", 239, 799},
+      {R"({"dtype":"fp16","head_dim":192,"head_dim_v":128})", 113, 1023},
+      {R"({"dtype":"bf16","head_dim":72})", 300, 239},
+      {R"({"dtype":"e4m3","head_dim":192,"head_dim_v":128,"causal":true})", 239, 1023},
+      {R"({"dtype":"e4m3","head_dim":80,"quant":"per_block"})", 113, 799},
   };
   for (const Case& c : cases) {
     INFO(c.spec);
     const attention_fwd::Spec spec = attention_fwd::parse_spec(std::string(c.spec));
     ProblemShape shape{spec.dtype, 2, c.seqlen_q, c.seqlen_k, 4, 2, spec.head_dim, spec.causal};
+    shape.head_dim_v = spec.head_dim_v;
     shape.out_dtype = spec.out_dtype;
     shape.quant = spec.quant;
     shape.quant_block_m = spec.block_m;

@@ -60,7 +60,7 @@ TEST_CASE("varlen prefill: packed q and K/V, batches of 1-16 sequences of awkwar
   std::mt19937_64 gen(2024);
   int passed = 0, total = 0;
   for (DType dtype : {DType::kFp16, DType::kBf16})
-    for (int64_t d : {64, 128, 256})
+    for (int64_t d : {64, 96, 128, 192, 256})
       for (bool causal : {false, true})
         for (int64_t hkv : {8, 2, 1}) {  // GQA 1:1, 4:1, 8:1 over 8 query heads
           ServingShape s;
@@ -92,14 +92,14 @@ TEST_CASE("paged KV decode: page sizes 8-128, shuffled pages, num_splits 1/2/7/h
   if (!have_gpu()) return;
   std::mt19937_64 gen(77);
   const std::pair<int64_t, int64_t> heads[] = {{32, 8}, {16, 2}, {8, 1}, {8, 8}};
-  const int64_t dims[] = {128, 64, 256};
+  const int64_t dims[] = {128, 64, 256, 96, 192};
   int passed = 0, total = 0;
   for (int64_t page_size : {8, 16, 64, 128})
     for (int num_splits : {1, 2, 7, 0})
       for (int pack_gqa : {0, 1, -1}) {
         ServingShape s;
         s.dtype = total % 4 == 3 ? DType::kFp16 : DType::kBf16;
-        s.head_dim = dims[total % 3];
+        s.head_dim = dims[total % 5];
         std::tie(s.num_heads, s.num_heads_kv) = heads[total % 4];
         s.causal = true;
         s.packed_q = false;  // (batch, 1, heads, d), as flash_attn_with_kvcache takes a decode step

@@ -58,8 +58,10 @@ def test_capabilities_json_parses_and_lists_what_the_build_generates():
     assert caps["version"] == fa3jit.version()
     attention = caps["families"]["attention_fwd"]
     assert attention["dtypes"] == ["fp16", "bf16", "e4m3"]
-    assert attention["head_dims"] == [64, 128, 256]
-    assert attention["head_dim_v_may_differ"] is False
+    assert attention["head_dims"] == {"min": 8, "max": 256, "multiple_of": 8}
+    assert attention["fp8_head_dims"] == {"min": 16, "max": 256, "multiple_of": 16}
+    assert attention["tuned_head_dims"] == [64, 96, 128, 192, 256]
+    assert attention["head_dim_v_may_differ"] is True
     assert {"causal", "gqa", "mqa", "lse"} <= set(attention["features"])
     assert isinstance(attention["description"], str) and attention["description"]
 
@@ -83,7 +85,7 @@ def test_capabilities_has_the_documented_shape():
 def test_capabilities_returns_a_new_dict_each_call():
     caps = fa3jit.capabilities()
     caps["families"].clear()
-    assert fa3jit.capabilities()["families"]["attention_fwd"]["head_dims"] == [64, 128, 256]
+    assert fa3jit.capabilities()["families"]["attention_fwd"]["tuned_head_dims"] == [64, 96, 128, 192, 256]
 
 
 # ---- fa3jit_attention_forward argument checks -----------------------------------------------------------
@@ -132,15 +134,15 @@ def test_forward_rejects_bad_params_before_any_launch(runtime, fields, needle):
 
 
 @pytest.mark.parametrize("fields, status_name, needles", [
-    (dict(head_dim=80, head_dim_v=80), "invalid_argument", ["head_dim", "80", "64", "128", "256"]),
+    (dict(head_dim=84, head_dim_v=84), "invalid_argument", ["head_dim", "84", "a multiple of 8 in [8, 256]"]),
     (dict(num_heads_kv=3), "invalid_argument", ["num_heads", "num_heads_kv"]),
     (dict(batch=0), "invalid_argument", ["batch"]),
     (dict(seqlen_k=-5), "invalid_argument", ["seqlen_k"]),
     (dict(softmax_scale=-1.0), "invalid_argument", ["softmax_scale"]),
-    (dict(head_dim_v=64), "unsupported", ["head_dim_v"]),
+    (dict(head_dim=64, head_dim_v=256), "unsupported", ["head_dim_v", "(256)", "no bf16 tile fits"]),
     (dict(dtype=_capi.DTYPE_E4M3), "invalid_argument", ["quant = none", "per_head or per_block"]),
-    (dict(dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD, head_dim=96, head_dim_v=96), "invalid_argument",
-     ["head_dim = 96", "e4m3"]),
+    (dict(dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD, head_dim=72, head_dim_v=72), "invalid_argument",
+     ["head_dim = 72", "e4m3"]),
     (dict(dtype=_capi.DTYPE_E4M3, quant=_capi.QUANT_PER_HEAD, out_dtype=_capi.DTYPE_E4M3), "invalid_argument",
      ["out_dtype = e4m3", "\"bf16\", \"fp16\""]),
     (dict(quant=_capi.QUANT_PER_HEAD), "invalid_argument", ["quant = per_head", "bf16"]),
@@ -158,8 +160,8 @@ def test_a_caller_of_the_header_before_the_e4m3_fields_is_read_as_a_16_bit_call(
     """struct_size = offsetof(out_dtype): the bytes after it are not read (here they hold an invalid quant and
     out_dtype), and the call goes on to the shape checks as a 16-bit call."""
     old = _capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3
-    params = _params(struct_size=old, head_dim=80, head_dim_v=80, quant=99, out_dtype=99)
-    with pytest.raises(fa3jit.Fa3jitValueError, match="head_dim = 80") as info:
+    params = _params(struct_size=old, head_dim=84, head_dim_v=84, quant=99, out_dtype=99)
+    with pytest.raises(fa3jit.Fa3jitValueError, match="head_dim = 84") as info:
         runtime.forward(params, 0)
     assert info.value.status_name == "invalid_argument"
     assert runtime.workspace_size(_params(struct_size=old, quant=99)) == 0
@@ -175,8 +177,8 @@ def test_a_caller_of_the_header_before_the_serving_fields_is_read_without_them(r
     index pointers) are not read; the call is read with num_splits 1 and pack_gqa 0, so it runs as before."""
     old = _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING
     garbage = dict(num_splits=-7, pack_gqa=9, cu_seqlens_q=0x7F0000F00000, page_table=0x7F0000F10000, page_size=3)
-    with pytest.raises(fa3jit.Fa3jitValueError, match="head_dim = 80"):
-        runtime.forward(_params(struct_size=old, head_dim=80, head_dim_v=80, **garbage), 0)
+    with pytest.raises(fa3jit.Fa3jitValueError, match="head_dim = 84"):
+        runtime.forward(_params(struct_size=old, head_dim=84, head_dim_v=84, **garbage), 0)
     assert runtime.workspace_size(_params(struct_size=old, **dict(garbage, num_splits=5))) == 0
     # Its e4m3 fields are still read.
     with pytest.raises(fa3jit.Fa3jitValueError, match="params.quant is 3"):
@@ -237,7 +239,7 @@ def test_quant_blocks_are_the_tile_of_the_e4m3_kernel():
 
 
 @pytest.mark.parametrize("head_dim, causal, needle", [
-    (96, False, "head_dim = 96"),
+    (72, False, "head_dim = 72"),
     (1 << 40, False, "head_dim = 1099511627776"),
     (0, False, "head_dim = 0"),
 ])
@@ -245,7 +247,7 @@ def test_quant_blocks_reject_what_e4m3_does_not_support(head_dim, causal, needle
     with pytest.raises(fa3jit.Fa3jitValueError, match=re.escape(needle)) as info:
         fa3jit.fp8_quant_blocks(head_dim, causal)
     assert info.value.status_name == "invalid_argument"
-    assert "expected one of" in str(info.value)
+    assert "expected a multiple of 16 in [16, 256]" in str(info.value)
 
 
 def test_quant_blocks_argument_errors():
@@ -329,7 +331,8 @@ def test_packed_params_reach_the_library_field_by_field(runtime):
     assert "seqlen_q" in call(seqlen_q=0)[1]
     assert "seqlen_k" in call(seqlen_k=0)[1]
     assert "num_heads = 8 is not a multiple of num_heads_kv = 3" in call(num_heads_kv=3)[1]
-    assert "head_dim_v" in call(head_dim_v=64)[1]
+    assert "head_dim_v = 260" in call(head_dim_v=260)[1]
+    assert "no bf16 tile fits" in call(head_dim=64, head_dim_v=256)[1]
     assert "k.data is NULL" in call(k=0)[1]
     assert "v.data is NULL" in call(v=0)[1]
     assert "out.data is NULL" in call(out=0)[1]
@@ -415,11 +418,11 @@ def test_kernel_create_argument_errors(runtime):
 
 
 @pytest.mark.parametrize("spec, status_name, needle", [
-    ('{"dtype": "bf16", "head_dim": 80}', "invalid_spec", "head_dim"),
+    ('{"dtype": "bf16", "head_dim": 84}', "invalid_spec", "head_dim"),
     ('{"dtype": "bf16", "head_dim": 128, "bogus_field": 1}', "invalid_spec", "bogus_field"),
     ('{"dtype": "bf16", ', "invalid_spec", "not valid JSON"),
     ('{"kind": "no_such_family", "dtype": "bf16"}', "invalid_spec", "no_such_family"),
-    ('{"dtype": "e4m3", "head_dim": 96}', "invalid_spec", "head_dim"),
+    ('{"dtype": "e4m3", "head_dim": 72}', "invalid_spec", "head_dim"),
     ('{"dtype": "bf16", "head_dim": 128, "quant": "per_head"}', "invalid_spec", "quant"),
 ])
 def test_kernel_create_rejects_bad_specs_before_the_driver(runtime, spec, status_name, needle):
@@ -540,10 +543,10 @@ def test_kernel_from_a_dict_spec_is_the_same_kernel(runtime, causal_kernel):
 # ---- fa3jit_compile_spec ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec, status_name, needle", [
-    ('{"dtype": "bf16", "head_dim": 80}', "invalid_spec", "head_dim"),
+    ('{"dtype": "bf16", "head_dim": 84}', "invalid_spec", "head_dim"),
     ('{"dtype": "bf16", "head_dim": 128, "bogus_field": 1}', "invalid_spec", "bogus_field"),
     ('{"dtype": "bf16", ', "invalid_spec", "not valid JSON"),
-    ('{"dtype": "e4m3", "head_dim": 96}', "invalid_spec", "head_dim"),
+    ('{"dtype": "e4m3", "head_dim": 72}', "invalid_spec", "head_dim"),
     ('{"dtype": "e4m3", "head_dim": 128, "out_dtype": "e4m3"}', "invalid_spec", "out_dtype"),
 ])
 def test_compile_spec_rejects_bad_specs(runtime, spec, status_name, needle):

@@ -61,23 +61,21 @@ def test_non_contiguous_heads(head_dim, causal, layout):
 
 
 def _model_cases():
-    cases = []
-    for model in load_data("model_shapes.json")["models"]:
-        head_dim = model["head_dim"]
-        if head_dim in (64, 128, 256) and model.get("head_dim_v", head_dim) == head_dim:
-            cases.append(pytest.param(model["num_heads"], model["num_heads_kv"], head_dim, id=model["name"]))
-    return cases
+    return [pytest.param(m["num_heads"], m["num_heads_kv"], m["head_dim"], m.get("head_dim_v", m["head_dim"]),
+                         id=m["name"]) for m in load_data("model_shapes.json")["models"]]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("num_heads, num_heads_kv, head_dim", _model_cases())
-def test_model_head_layouts_at_seqlen_2048(num_heads, num_heads_kv, head_dim, causal):
-    """Head counts of released models (tests/data/model_shapes.json) with a supported head_dim, plain
-    attention (their softcap, sliding windows and sinks are not features of this release)."""
+@pytest.mark.parametrize("num_heads, num_heads_kv, head_dim, head_dim_v", _model_cases())
+def test_model_head_layouts_at_seqlen_2048(num_heads, num_heads_kv, head_dim, head_dim_v, causal):
+    """Every released model of tests/data/model_shapes.json: its head counts and head dims (Phi-3's 96, DeepSeek's
+    MLA prefill 192 / 128), plain attention; their softcap, sliding windows and sinks are checked through the
+    serving entry points (test_serving.py: test_model_variants)."""
     q = _randn(1, 2048, num_heads, head_dim, seed=num_heads)
     k = _randn(1, 2048, num_heads_kv, head_dim, seed=num_heads_kv)
-    v = _randn(1, 2048, num_heads_kv, head_dim, seed=head_dim)
+    v = _randn(1, 2048, num_heads_kv, head_dim_v, seed=head_dim)
     out, lse = fa3jit.flash_attn_func(q, k, v, causal=causal, return_lse=True)
+    assert out.shape == (1, 2048, num_heads, head_dim_v)
     check_against_reference(out, lse, q, k, v, causal)
 
 

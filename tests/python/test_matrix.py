@@ -49,3 +49,34 @@ def test_forward_matches_reference(dtype_name, head_dim, causal, mha_type, batch
     assert out.shape == (batch, seqlen_q, NUM_HEADS, head_dim) and out.dtype == dtype
     assert lse.shape == (batch, NUM_HEADS, seqlen_q)
     check_against_reference(out, lse, q, k, v, causal)
+
+
+@pytest.mark.parametrize("batch, seqlen_q, seqlen_k", _shape_cases()[::3])
+@pytest.mark.parametrize("mha_type", ["mha", "gqa"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim, head_dim_v", [(96, 96), (192, 192), (192, 128), (72, 72)],
+                         ids=lambda d: f"d{d}")
+@pytest.mark.parametrize("dtype_name", ["fp16", "bf16"])
+def test_other_head_dims_match_reference(dtype_name, head_dim, head_dim_v, causal, mha_type, batch, seqlen_q,
+                                         seqlen_k):
+    """Phi-3's 96, 192, DeepSeek's MLA prefill 192 / 128 and 72 (between the tile table's rows) on every third shape
+    of the matrix."""
+    import torch
+
+    import fa3jit
+    from attention_reference import check_against_reference
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+    num_heads_kv = NUM_HEADS_KV[mha_type]
+    generator = torch.Generator(device="cuda").manual_seed(hash((head_dim, head_dim_v, seqlen_q, seqlen_k)) & 0xFFFF)
+
+    def randn(*shape):
+        return torch.randn(shape, device="cuda", dtype=dtype, generator=generator)
+
+    q = randn(batch, seqlen_q, NUM_HEADS, head_dim)
+    k = randn(batch, seqlen_k, num_heads_kv, head_dim)
+    v = randn(batch, seqlen_k, num_heads_kv, head_dim_v)
+    out = torch.full((batch, seqlen_q, NUM_HEADS, head_dim_v), float("nan"), device="cuda", dtype=dtype)
+    _, lse = fa3jit.flash_attn_func(q, k, v, causal=causal, return_lse=True, out=out)
+    assert lse.shape == (batch, NUM_HEADS, seqlen_q)
+    check_against_reference(out, lse, q, k, v, causal)

@@ -20,7 +20,7 @@ import pytest
 import fa3jit
 from fa3jit import _capi
 
-from support import ROOT, needs_gpu, needs_library, needs_torch
+from support import ROOT, load_data, needs_gpu, needs_library, needs_torch
 
 # ---- without torch or a GPU -------------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ def _paged_cache(torch, generator, dtype, keys, values, page_size, garbage_pages
     num_pages = sum(needed) + garbage_pages
     heads_kv, head_dim = keys[0].shape[1], keys[0].shape[2]
     k_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, head_dim) * 30
-    v_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, head_dim) * 30
+    v_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, values[0].shape[2]) * 30
     max_pages = max(needed) + 2
     table = torch.tensor([[-5 if j % 2 else 10 ** 6 for j in range(max_pages)] for _ in keys], dtype=torch.int32)
     physical = torch.randperm(num_pages, generator=torch.Generator().manual_seed(num_pages)).tolist()
@@ -533,3 +533,48 @@ def test_padding_rows_of_packed_q(num_splits):
         assert torch.isnan(out[5:]).all()
     else:
         assert torch.count_nonzero(out[5:]).item() == 0
+
+
+def _model_variant_cases():
+    return [pytest.param(m, id=m["name"]) for m in load_data("model_shapes.json")["models"]]
+
+
+@needs_gpu
+@pytest.mark.parametrize("model", _model_variant_cases())
+def test_model_variants(model):
+    """Every released model of tests/data/model_shapes.json as a serving engine runs it: its head counts and head
+    dims (head_dim_v where it differs), its sliding window (causal, window_size=(window - 1, 0)), softcap and
+    learnable sinks; a packed varlen prefill, then a paged decode step (split by the heuristic) over the same
+    keys, both against the float64 reference with FA3's rule."""
+    torch = pytest.importorskip("torch")
+    heads, heads_kv, d = model["num_heads"], model["num_heads_kv"], model["head_dim"]
+    dv = model.get("head_dim_v", d)
+    window = model.get("sliding_window")
+    generator = torch.Generator(device="cuda").manual_seed(heads * 1000 + d)
+    sinks = (torch.rand(heads, generator=generator, device="cuda") * 8 - 2) if model.get("learnable_sinks") else None
+    variant = dict(window_size=(window - 1, 0) if window else (-1, -1), softcap=model.get("softcap", 0.0), sinks=sinks)
+    longest = 4500 if window and window > 1000 else 700
+    q_lengths = [1, 113, longest, 0]
+    k_lengths = [17, 113, longest + 300, 5]
+    cu_q, offsets_q = _cu_seqlens(torch, q_lengths)
+    cu_k, offsets_k = _cu_seqlens(torch, k_lengths)
+    q = _randn(torch, generator, torch.bfloat16, offsets_q[-1], heads, d)
+    k = _randn(torch, generator, torch.bfloat16, offsets_k[-1], heads_kv, d)
+    v = _randn(torch, generator, torch.bfloat16, offsets_k[-1], heads_kv, dv)
+    out = torch.full((offsets_q[-1], heads, dv), math.nan, dtype=torch.bfloat16, device="cuda")
+    _, lse = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lengths), max(k_lengths), causal=True,
+                                           out=out, return_lse=True, **variant)
+    sequences = [(slice(offsets_q[b], offsets_q[b + 1]), q[offsets_q[b]:offsets_q[b + 1]],
+                  k[offsets_k[b]:offsets_k[b + 1]], v[offsets_k[b]:offsets_k[b + 1]]) for b in range(len(q_lengths))]
+    _check(torch, out, lambda rows: lse[:, rows], sequences, True, variant=variant)
+
+    keys = [k[offsets_k[b]:offsets_k[b + 1]] for b in range(len(k_lengths))]
+    values = [v[offsets_k[b]:offsets_k[b + 1]] for b in range(len(k_lengths))]
+    k_cache, v_cache, table = _paged_cache(torch, generator, torch.bfloat16, keys, values, 16)
+    q1 = _randn(torch, generator, torch.bfloat16, len(k_lengths), 1, heads, d)
+    cache_seqlens = torch.tensor(k_lengths, dtype=torch.int32, device="cuda")
+    out1, lse1 = fa3jit.flash_attn_with_kvcache(q1, k_cache, v_cache, cache_seqlens, table, causal=True,
+                                                num_splits=0, return_lse=True, **variant)
+    assert out1.shape == (len(k_lengths), 1, heads, dv)
+    _check(torch, out1, lambda b: lse1[b], [(b, q1[b], keys[b], values[b]) for b in range(len(k_lengths))], True,
+           variant=variant)

@@ -114,7 +114,7 @@ __device__ __forceinline__ void store_output(const SmemLayout<Cfg>& sm, int wg, 
     }
   } else if (tid == 0) {
 #pragma unroll
-    for (int cb = 0; cb < Cfg::kHeadDimV / 64; ++cb) {
+    for (int cb = 0; cb < (Cfg::kHeadDimV + 63) / 64; ++cb) {  // TMA drops the columns past head_dim_v
       tma_store_4d(&params.tm_o, sm.o() + cb * Cfg::kBlockM * 128 + wg * 64 * 128, 64 * cb,
                    w.tile.m_block * Cfg::kBlockM + wg * 64, w.tile.head, w.tile.batch);
     }

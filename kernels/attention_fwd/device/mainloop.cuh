@@ -51,7 +51,9 @@ struct Mainloop {
   static constexpr bool kFp8 = Cfg::kElemBytes == 1;
   using Softmax = OnlineSoftmax<Cfg::kBlockN, kFp8 ? 8 : 0>;
   // One wgmma k-step reads 32 bytes of K per row: k16 for 16-bit inputs, k32 for e4m3.
-  static constexpr int kQkSteps = Cfg::kHeadDim * Cfg::kElemBytes / 32;  // k-steps of S = Q.K^T
+  // k-steps of S = Q.K^T; a head_dim that ends inside a step (a multiple of 8 that is not one of 16, of 16 for
+  // e4m3 that is not one of 32) reads the zeros TMA wrote past the last column into the step's tail.
+  static constexpr int kQkSteps = (Cfg::kHeadDim * Cfg::kElemBytes + 31) / 32;
   static constexpr int kPvSteps = Cfg::kBlockN * Cfg::kElemBytes / 32;   // k-steps of O += P.V
   static constexpr int kPRegs = Cfg::kBlockN * Cfg::kElemBytes / 8;      // 32-bit registers of P per thread
   static constexpr int kRowBytes = kSwizzleRowBytes;                      // one swizzled row of a column block
@@ -288,7 +290,7 @@ struct Mainloop {
       uint64_t desc_v;
       if constexpr (kFp8) {
         // V stage: head_dim_v rows of 128 keys per column block; rows of this chunk start chunk * kPvChunkN in.
-        desc_v = make_smem_desc_sw128(v_tile + (g / 4) * Cfg::kHeadDimV * kRowBytes + (g % 4) * 32 +
+        desc_v = make_smem_desc_sw128(v_tile + (g / 4) * TransposeV<Cfg>::kRows * kRowBytes + (g % 4) * 32 +
                                           chunk * Cfg::kPvChunkN * kRowBytes,
                                       16, 1024);
       } else {

@@ -4,7 +4,7 @@
 // Why: O += P.V takes V as its B operand with K = keys. e4m3 wgmma has no transpose, so B must be K-major: rows
 // of head_dim_v, each holding keys contiguously (PTX ISA 9.7.15.5.1; docs/hopper-ptx.md §6). TMA writes V as it
 // is in memory, one row per key, into a V load stage (128-byte swizzled column blocks of 128 channels); this
-// file rewrites it into the V stage the consumers read: head_dim_v rows x block_n keys, in column blocks of 128
+// file rewrites it into the V stage the consumers read: head_dim_v rows (rounded up to 32) x block_n keys, in column blocks of 128
 // keys, 128-byte swizzled (hopper/swizzle.cuh).
 //
 // Key order inside every 16 keys: P's A fragment is packed straight from the S accumulator (mainloop.cuh:
@@ -28,12 +28,15 @@ namespace fa3jit::attention_fwd {
 
 template <class Cfg>
 struct TransposeV {
-  static constexpr int kUnits = (Cfg::kBlockN / 16) * (Cfg::kHeadDimV / 32);
+  // Rows of the V stage: head_dim_v rounded up to 32 channels (params.h: transposed_v_rows); the channels past
+  // head_dim_v are TMA's zero fill of the load stage and are never read by P.V.
+  static constexpr int kRows = transposed_v_rows(Cfg::kHeadDimV);
+  static constexpr int kUnits = (Cfg::kBlockN / 16) * (kRows / 32);
   static constexpr int kWarps = 4;  // the producer warpgroup
 
   /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage.
   static __device__ __forceinline__ void run(uint32_t src, uint32_t dst, int warp, int lane) {
-    static_assert(Cfg::kBlockN % 32 == 0 && Cfg::kHeadDimV % 32 == 0, "e4m3 tiles: block_n % 32, head_dim_v % 32");
+    static_assert(Cfg::kBlockN % 32 == 0, "e4m3 tiles: block_n % 32");
     const int mat = lane / 8, r = lane % 8;  // this lane's row address: row r of matrix mat
     const int c = lane / 4;                  // channel pair of this lane's registers (ldmatrix.trans)
     // ldmatrix: matrix mat covers keys 8*(mat & 1) + 0..7, channels 16*(mat >> 1) + 0..15 of the unit.
@@ -57,7 +60,7 @@ struct TransposeV {
       // Destination: row channel, bytes key0..key0+15 of the column block key0 / 128 (head_dim_v rows each).
       const int row = chan0 + st_chan;
       const uint32_t st_addr =
-          dst + (key0 / 128) * (Cfg::kHeadDimV * kSwizzleRowBytes) + swizzle_128b(row, key0 % 128);
+          dst + (key0 / 128) * (kRows * kSwizzleRowBytes) + swizzle_128b(row, key0 % 128);
       stmatrix_x4(st_addr, swap ? odd_lo : even_lo, swap ? even_lo : odd_lo, swap ? odd_hi : even_hi,
                   swap ? even_hi : odd_hi);
     }

@@ -1,4 +1,4 @@
-// Every spec in configs/ compiles through NVRTC for sm_90a with zero spill bytes, and its PTX uses the
+// Every spec in configs/ and configs/models/ compiles through NVRTC for sm_90a with zero spill bytes, and its PTX uses the
 // Hopper instructions the design depends on (wgmma, TMA, setmaxnreg). Needs no GPU.
 #include <catch2/catch.hpp>
 
@@ -6,13 +6,17 @@
 
 #include "jit/compiler.h"
 #include "jit/family.h"
+#include "kernels/attention_fwd/emit.h"
+#include "kernels/attention_fwd/spec.h"
+#include "kernels/attention_fwd/tile_table.h"
 
 using namespace fa3jit;
 
 TEST_CASE("every config compiles with NVRTC, without spills, using wgmma/TMA/setmaxnreg", "[compile][configs]") {
   int compiled = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(FA3JIT_SOURCE_DIR "/configs")) {
-    if (entry.path().extension() != ".json") continue;
+  // configs/ and configs/models/ (the sweep spaces of configs/sweeps/ are no specs).
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(FA3JIT_SOURCE_DIR "/configs")) {
+    if (entry.path().extension() != ".json" || entry.path().parent_path().filename() == "sweeps") continue;
     const SpecDocument document = load_spec_document(entry.path().string());
     if (document.kind != "attention_fwd") continue;
     const CompiledKernel k = compile_kernel(request_for(document).source);
@@ -33,4 +37,28 @@ TEST_CASE("every config compiles with NVRTC, without spills, using wgmma/TMA/set
     ++compiled;
   }
   CHECK(compiled >= 12);
+}
+
+TEST_CASE("every head dim of the capability rule compiles without spills (16-bit and e4m3, and 192 / 128)",
+          "[compile][head_dims]") {
+  using namespace fa3jit::attention_fwd;
+  struct Dims {
+    DType dtype;
+    int head_dim, head_dim_v;
+  };
+  std::vector<Dims> dims;
+  for (DType dtype : {DType::kBf16, DType::kE4m3}) {
+    const HeadDimRule& rule = head_dim_rule(dtype);
+    for (int d = rule.min; d <= rule.max; d += rule.multiple) dims.push_back({dtype, d, d});
+    dims.push_back({dtype, 192, 128});
+  }
+  for (const Dims& d : dims) {
+    const Spec spec = default_spec(d.dtype, d.head_dim, d.head_dim_v, d.head_dim % 16 == 0);
+    const CompiledKernel k = compile_kernel(make_request(make_kernel_config(spec)).source);
+    INFO(spec_summary(spec) << ": registers " << k.report.registers << " spill stores " << k.report.spill_store_bytes
+                            << " loads " << k.report.spill_load_bytes);
+    CHECK(k.report.spill_store_bytes == 0);
+    CHECK(k.report.spill_load_bytes == 0);
+    CHECK(k.report.stack_frame_bytes == 0);
+  }
 }

@@ -1,6 +1,7 @@
 // Attention forward spec: parsing, the one validator, canonical form, capabilities and tile table
 // (kernels/attention_fwd/spec.h, tile_table.h).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
@@ -52,13 +53,13 @@ const std::vector<BadCase> kBadCases = {
      ErrorCode::kInvalidSpec, {"\"tile.block_k\"", "unknown", "block_m, block_n"}},
     {"missing dtype", R"({"head_dim": 128})", ErrorCode::kInvalidSpec, {"\"dtype\"", "missing", "\"fp16\", \"bf16\""}},
     {"missing head_dim", R"({"dtype": "fp16"})", ErrorCode::kInvalidSpec,
-     {"\"head_dim\"", "missing", "64, 128, 256"}},
+     {"\"head_dim\"", "missing", "a multiple of 8 in [8, 256]"}},
     {"dtype wrong type", R"({"dtype": 16, "head_dim": 128})", ErrorCode::kInvalidSpec,
      {"\"dtype\"", "16", "wrong type", "\"fp16\", \"bf16\""}},
     {"dtype fp32", R"({"dtype": "fp32", "head_dim": 128})", ErrorCode::kInvalidSpec,
      {"\"dtype\"", "\"fp32\"", "\"fp16\", \"bf16\""}},
-    {"e4m3 head_dim 96", R"({"dtype": "e4m3", "head_dim": 96})", ErrorCode::kInvalidSpec,
-     {"\"head_dim\"", "96", "\"e4m3\"", "one of 64, 128, 256"}},
+    {"e4m3 head_dim 72", R"({"dtype": "e4m3", "head_dim": 72})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "72", "\"e4m3\"", "a multiple of 16 in [16, 256]"}},
     {"e4m3 out_dtype e4m3", R"({"dtype": "e4m3", "head_dim": 128, "out_dtype": "e4m3"})", ErrorCode::kInvalidSpec,
      {"\"out_dtype\"", "\"e4m3\"", "\"bf16\", \"fp16\""}},
     {"bf16 out_dtype fp16", R"({"dtype": "bf16", "head_dim": 128, "out_dtype": "fp16"})", ErrorCode::kInvalidSpec,
@@ -77,16 +78,20 @@ const std::vector<BadCase> kBadCases = {
      {"\"cluster_m\"", "2", "expected 1"}},
     {"e4m3 two-level d128 n224 overlap", R"({"dtype": "e4m3", "head_dim": 128, "fp32_two_level_accum": true})",
      ErrorCode::kInvalidSpec, {"registers", "tile.block_n"}},
-    {"head_dim 80 (B5)", R"({"dtype": "bf16", "head_dim": 80})", ErrorCode::kInvalidSpec,
-     {"\"head_dim\"", "80", "64, 128, 256"}},
+    {"head_dim 84 (B5)", R"({"dtype": "bf16", "head_dim": 84})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "84", "a multiple of 8 in [8, 256]"}},
+    {"head_dim 264", R"({"dtype": "bf16", "head_dim": 264})", ErrorCode::kInvalidSpec,
+     {"\"head_dim\"", "264", "a multiple of 8 in [8, 256]"}},
     {"head_dim negative", R"({"dtype": "bf16", "head_dim": -128})", ErrorCode::kInvalidSpec,
-     {"\"head_dim\"", "-128", "64, 128, 256"}},
+     {"\"head_dim\"", "-128", "a multiple of 8 in [8, 256]"}},
     {"head_dim float", R"({"dtype": "bf16", "head_dim": 128.5})", ErrorCode::kInvalidSpec,
-     {"\"head_dim\"", "128.5", "wrong type", "integer", "64, 128, 256"}},
+     {"\"head_dim\"", "128.5", "wrong type", "integer", "a multiple of 8 in [8, 256]"}},
     {"head_dim string", R"({"dtype": "bf16", "head_dim": "128"})", ErrorCode::kInvalidSpec,
      {"\"head_dim\"", "\"128\"", "wrong type"}},
-    {"head_dim_v differs", R"({"dtype": "bf16", "head_dim": 128, "head_dim_v": 64})", ErrorCode::kUnsupported,
-     {"\"head_dim_v\"", "64", "must equal head_dim (128)", "in this release"}},
+    {"head_dim_v 100", R"({"dtype": "bf16", "head_dim": 128, "head_dim_v": 100})", ErrorCode::kInvalidSpec,
+     {"\"head_dim_v\"", "100", "a multiple of 8 in [8, 256]"}},
+    {"head_dim 64 / head_dim_v 256 has no tile", R"({"dtype": "bf16", "head_dim": 64, "head_dim_v": 256})",
+     ErrorCode::kUnsupported, {"\"head_dim\" (64)", "\"head_dim_v\" (256)", "no bf16 tile fits", "stage the output"}},
     {"causal string", R"({"dtype": "bf16", "head_dim": 128, "causal": "yes"})", ErrorCode::kInvalidSpec,
      {"\"causal\"", "\"yes\"", "wrong type", "true or false"}},
     // A rotation of Q and K cancels in Q.K^T: Hadamard belongs to the FP8 pre-pass, not this kernel.
@@ -429,15 +434,21 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
 
 TEST_CASE("the capability table is the one statement of dtypes and head dims", "[spec]") {
   const af::Capabilities& caps = af::capabilities();
-  CHECK(caps.head_dims == std::vector<int>{64, 128, 256});
-  CHECK(caps.fp8_head_dims == std::vector<int>{64, 128, 256});
+  CHECK(caps.head_dims.min == 8);
+  CHECK(caps.head_dims.max == 256);
+  CHECK(caps.head_dims.multiple == 8);
+  CHECK(caps.fp8_head_dims.min == 16);
+  CHECK(caps.fp8_head_dims.multiple == 16);
+  CHECK(caps.tuned_head_dims == std::vector<int>{64, 96, 128, 192, 256});
+  CHECK(caps.head_dim_v_may_differ);
   CHECK(caps.dtypes == std::vector<DType>{DType::kFp16, DType::kBf16, DType::kE4m3});
-  CHECK(af::allowed_head_dims(DType::kBf16) == "one of 64, 128, 256");
-  CHECK(af::allowed_head_dims(DType::kE4m3) == "one of 64, 128, 256");
+  CHECK(af::allowed_head_dims(DType::kBf16) == "a multiple of 8 in [8, 256]");
+  CHECK(af::allowed_head_dims(DType::kE4m3) == "a multiple of 16 in [16, 256]");
   CHECK(af::allowed_dtypes() == "one of \"fp16\", \"bf16\", \"e4m3\"");
-  // Every listed head dim and dtype has a tile, and parse, default_spec and the validator agree on it.
+  // Every head dim of the rule and dtype has a tile, and parse, default_spec and the validator agree on it.
   for (DType t : caps.dtypes) {
-    for (int d : t == DType::kE4m3 ? caps.fp8_head_dims : caps.head_dims) {
+    const af::HeadDimRule& rule = t == DType::kE4m3 ? caps.fp8_head_dims : caps.head_dims;
+    for (int d = rule.min; d <= rule.max; d += rule.multiple) {
       for (bool causal : {false, true}) {
         INFO("d" << d << " " << fa3jit::dtype_name(t) << " causal " << causal);
         const Spec from_table = af::default_spec(t, d, d, causal);
@@ -446,18 +457,51 @@ TEST_CASE("the capability table is the one statement of dtypes and head dims", "
       }
     }
   }
-  CHECK_FALSE(af::supports_head_dims(DType::kBf16, 96, 96));
-  CHECK_FALSE(af::supports_head_dims(DType::kBf16, 128, 64));
-  CHECK_FALSE(af::supports_head_dims(DType::kE4m3, 96, 96));
-  CHECK(af::supports_head_dims(DType::kE4m3, 64, 64));
+  // Pairs of different dims: DeepSeek's MLA prefill and others that fit; 64 / 256 does not (its output does not
+  // fit the Q tile it is staged over).
+  for (DType t : caps.dtypes) {
+    INFO(fa3jit::dtype_name(t));
+    const Spec mla = af::default_spec(t, 192, 128, true);
+    CHECK(mla.head_dim_v == 128);
+    CHECK(mla.block_m == 128);
+    CHECK(mla.block_n == (t == DType::kE4m3 ? 160 : 128));
+    CHECK_NOTHROW(af::default_spec(t, 128, 64, false));
+    CHECK_NOTHROW(af::default_spec(t, 256, 128, false));
+    if (t == DType::kE4m3) {  // the output is staged over Q and the V load stages
+      CHECK_NOTHROW(af::default_spec(t, 64, 256, false));
+      continue;
+    }
+    try {
+      af::default_spec(t, 64, 256, false);
+      FAIL_CHECK("default_spec accepted head_dim 64 with head_dim_v 256");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kUnsupported);
+      CHECK_THAT(std::string(e.what()), Contains("\"head_dim\" (64)") && Contains("\"head_dim_v\" (256)") &&
+                                            Contains("stage the output"));
+    }
+  }
+  CHECK(af::supports_head_dims(DType::kBf16, 96, 96));
+  CHECK(af::supports_head_dims(DType::kBf16, 192, 128));
+  CHECK(af::supports_head_dims(DType::kBf16, 8, 8));
+  CHECK_FALSE(af::supports_head_dims(DType::kBf16, 84, 84));
+  CHECK_FALSE(af::supports_head_dims(DType::kBf16, 264, 264));
+  CHECK_FALSE(af::supports_head_dims(DType::kBf16, 0, 0));
+  CHECK_FALSE(af::supports_head_dims(DType::kE4m3, 72, 72));
+  CHECK(af::supports_head_dims(DType::kE4m3, 80, 80));
   CHECK(af::supports_head_dims(DType::kE4m3, 256, 256));
   CHECK(af::supports_dtype(DType::kE4m3));
-  try {
-    af::default_spec(DType::kBf16, 96, 96, false);
-    FAIL_CHECK("default_spec accepted head_dim 96");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::kInvalidSpec);
-    CHECK_THAT(std::string(e.what()), Contains("\"head_dim\": 96") && Contains("one of 64, 128, 256"));
+  for (const auto& [dtype, d, dv, field] :
+       {std::tuple{DType::kBf16, 84, 84, "head_dim"}, std::tuple{DType::kBf16, 128, 260, "head_dim_v"},
+        std::tuple{DType::kE4m3, 72, 72, "head_dim"}}) {
+    try {
+      af::default_spec(dtype, d, dv, false);
+      FAIL_CHECK("default_spec accepted head_dim " << d << " / " << dv);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidSpec);
+      CHECK_THAT(std::string(e.what()), Contains(fmt::format("\"{}\": {}", field, field == std::string("head_dim")
+                                                                                     ? d : dv)) &&
+                                            Contains(af::allowed_head_dims(dtype)));
+    }
   }
   const Spec fp8 = af::default_spec(DType::kE4m3, 128, 128, false);
   CHECK(fp8.out_dtype == DType::kBf16);
@@ -481,13 +525,33 @@ TEST_CASE("spec files: every config parses, names match contents, default.json i
     const std::string stem = entry.path().stem().string();
     if (stem != "default") {
       const std::string expected = std::string(fa3jit::dtype_name(spec.dtype)) + "_d" +
-                                   std::to_string(spec.head_dim) + (spec.causal ? "_causal" : "") +
+                                   std::to_string(spec.head_dim) +
+                                   (spec.head_dim_v != spec.head_dim ? "v" + std::to_string(spec.head_dim_v) : "") +
+                                   (spec.causal ? "_causal" : "") +
                                    (spec.quant == af::Quant::kPerBlock ? "_per_block" : "") +
                                    (c.problem->hadamard ? "_hadamard" : "");
       CHECK(stem == expected);
     }
   }
   CHECK(count >= 13);
+  // configs/models: the attention shapes of released models (tests/data/model_shapes.json), bf16 causal prefill.
+  const nlohmann::json models =
+      nlohmann::json::parse(std::ifstream(std::string(FA3JIT_SOURCE_DIR) + "/tests/data/model_shapes.json"));
+  int model_specs = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(FA3JIT_SOURCE_DIR) / "configs" / "models")) {
+    INFO(entry.path().string());
+    const fa3jit::testing::AttentionCase c = fa3jit::testing::load_attention_case(entry.path().string());
+    REQUIRE(c.problem.has_value());
+    CHECK(c.spec.dtype == DType::kBf16);
+    bool matched = false;
+    for (const auto& m : models.at("models"))
+      matched = matched || (m.at("num_heads") == c.problem->num_heads && m.at("num_heads_kv") ==
+                            c.problem->num_heads_kv && m.at("head_dim") == c.spec.head_dim &&
+                            m.value("head_dim_v", m.at("head_dim").get<int>()) == c.spec.head_dim_v);
+    CHECK(matched);
+    ++model_specs;
+  }
+  CHECK(model_specs == static_cast<int>(models.at("models").size()));
 
   const fa3jit::testing::AttentionCase def =
       fa3jit::testing::load_attention_case(std::string(FA3JIT_SOURCE_DIR) + "/configs/default.json");
@@ -509,13 +573,13 @@ TEST_CASE("spec files report unreadable and bad files with the path", "[spec]") 
   }
 
   const std::string bad = (std::filesystem::temp_directory_path() / "fa3jit_test_bad_spec.json").string();
-  { std::ofstream(bad) << R"({"dtype": "bf16", "head_dim": 80})"; }
+  { std::ofstream(bad) << R"({"dtype": "bf16", "head_dim": 84})"; }
   try {
     fa3jit::testing::load_attention_case(bad);
-    FAIL("accepted head_dim 80");
+    FAIL("accepted head_dim 84");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kInvalidSpec);
-    CHECK_THAT(std::string(e.what()), Contains(bad) && Contains("\"head_dim\": 80"));
+    CHECK_THAT(std::string(e.what()), Contains(bad) && Contains("\"head_dim\": 84"));
   }
   std::filesystem::remove(bad);
 }
@@ -529,13 +593,17 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
   const std::vector<Row> rows = {
       {64, false, {192, 128, 3, 2, true, true}},   {64, true, {192, 128, 3, 2, true, true}},
+      {96, false, {128, 176, 2, 2, true, true}},   {96, true, {128, 176, 2, 2, true, true}},
       {128, false, {128, 176, 2, 2, true, true}},  {128, true, {128, 176, 2, 2, true, true}},
+      {192, false, {128, 112, 2, 2, true, true}},  {192, true, {128, 112, 2, 2, true, true}},
       {256, false, {128, 80, 2, 2, true, true}},   {256, true, {128, 80, 2, 2, true, true}},
+      // sizes between the rows take the row above: 72 the 96 row, 200 the 256 row
+      {72, false, {128, 176, 2, 2, true, true}},   {200, true, {128, 80, 2, 2, true, true}},
   };
   for (const Row& row : rows) {
     for (const DType dtype : {DType::kFp16, DType::kBf16}) {
       INFO("head_dim " << row.head_dim << " causal " << row.causal << " dtype " << fa3jit::dtype_name(dtype));
-      const af::TileDefaults t = af::default_tile(dtype, row.head_dim, row.causal);
+      const af::TileDefaults t = af::default_tile(dtype, row.head_dim, row.head_dim, row.causal);
       CHECK(t.block_m == row.expected.block_m);
       CHECK(t.block_n == row.expected.block_n);
       CHECK(t.consumer_warpgroups == row.expected.consumer_warpgroups);
@@ -553,11 +621,11 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
     }
   }
   try {
-    af::default_tile(DType::kBf16, 96, false);
-    FAIL("default_tile accepted head_dim 96");
+    af::default_tile(DType::kBf16, 100, 100, false);
+    FAIL("default_tile accepted head_dim 100");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kInvalidSpec);
-    CHECK_THAT(std::string(e.what()), Contains("96") && Contains("64, 128, 256"));
+    CHECK_THAT(std::string(e.what()), Contains("100") && Contains("a multiple of 8 in [8, 256]"));
   }
 
   // Registers per consumer thread: head_dim_v/2 + block_n/2 + block_n/4 + 28.

@@ -477,8 +477,11 @@ def capabilities() -> Dict[str, Any]:
        "version": "0.1.0",                    # fa3jit.version()
        "families": {                          # one entry per kernel family (kernels/<kind>/)
          "attention_fwd": {"description": str,
-                           "dtypes": ["fp16", "bf16", "e4m3"], "head_dims": [64, 128, 256],
-                           "head_dim_v_may_differ": False,
+                           "dtypes": ["fp16", "bf16", "e4m3"],
+                           "head_dims": {"min": 8, "max": 256, "multiple_of": 8},      # fp16 / bf16
+                           "fp8_head_dims": {"min": 16, "max": 256, "multiple_of": 16},  # e4m3
+                           "tuned_head_dims": [64, 96, 128, 192, 256],  # tile-table rows; others take the next
+                           "head_dim_v_may_differ": True,              # e.g. 192 / 128 (DeepSeek MLA prefill)
                            "features": ["causal", "gqa", "mqa", "lse", "strided"]},
          "attention_combine": {"description": str, "out_dtypes": [...], "partial_dtype": "fp32",
                                "head_dim_v": {"min", "max", "multiple_of"}, "max_splits": {"min", "max",

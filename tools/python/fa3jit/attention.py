@@ -396,8 +396,8 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
       v   (batch, seqlen_k, num_heads_kv, head_dim_v)
       out (batch, seqlen_q, num_heads,    head_dim_v), dtype out_dtype; allocated contiguous unless given
     dtype: torch.float16 or torch.bfloat16 (q, k, v and out alike), or torch.float8_e4m3fn (FP8) q, k, v
-    (below); head_dim 64, 128 or 256, head_dim_v = head_dim (fa3jit.capabilities() lists what the build
-    generates). GQA/MQA: num_heads must be a multiple of
+    (below); head_dim and head_dim_v each a multiple of 8 up to 256 (of 16 for e4m3), e.g. 192 / 128
+    (fa3jit.capabilities() lists what the build generates). GQA/MQA: num_heads must be a multiple of
     num_heads_kv. softmax_scale: None = 1/sqrt(head_dim). causal: bottom-right aligned (FlashAttention >= 2.1):
     query row i sees keys j <= i + seqlen_k - seqlen_q; a row that sees no key gets out = 0 and lse = -inf.
     kernel: an fa3jit.Kernel whose spec agrees with the call (dtype, out_dtype, quant, head dims, causal), or

@@ -351,7 +351,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     """Attention over a batch of sequences of different lengths packed into one tensor (FlashAttention-3's
     flash_attn_varlen_func), on an NVIDIA Hopper GPU.
 
-    Shapes (torch.float16 or torch.bfloat16; head_dim 64, 128 or 256, head_dim_v = head_dim; last dimension
+    Shapes (torch.float16 or torch.bfloat16; head_dim and head_dim_v a multiple of 8 up to 256; last dimension
     contiguous, other strides free multiples of 16 bytes):
       q             (total_q, num_heads, head_dim), sequence b in rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
       cu_seqlens_q  (batch + 1,) torch.int32, non-decreasing offsets into q's rows
@@ -437,7 +437,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     """Attention of new queries over a KV cache, dense or paged (FlashAttention-3's flash_attn_with_kvcache), on
     an NVIDIA Hopper GPU: decoding (seqlen_q = 1) and chunked prefill.
 
-    Shapes (torch.float16 or torch.bfloat16; head_dim 64, 128 or 256, head_dim_v = head_dim; last dimension
+    Shapes (torch.float16 or torch.bfloat16; head_dim and head_dim_v a multiple of 8 up to 256; last dimension
     contiguous, other strides free multiples of 16 bytes):
       q              (batch, seqlen_q, num_heads, head_dim), or (total_q, num_heads, head_dim) with
                      cu_seqlens_q (batch + 1,) torch.int32 (then max_seqlen_q as in flash_attn_varlen_func)
