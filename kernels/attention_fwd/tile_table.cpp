@@ -46,7 +46,7 @@ int tuned_row(int head_dim) {
 
 // The measured (or FA3's) tile of a row pair. {block_m, block_n, consumer_warpgroups, stages, pingpong,
 // intra_wg_overlap}; a pair without its own row takes the equal pair of the larger dim.
-TileDefaults table_tile(DType dtype, int row, int row_v) {
+TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
   if (dtype == DType::kE4m3) {
     if (row == 192 && row_v == 128) return {128, 160, 2, 2, true, true};  // FA3's fp8 192/128 tile
     switch (std::max(row, row_v)) {
@@ -67,9 +67,10 @@ TileDefaults table_tile(DType dtype, int row, int row_v) {
     // tile; FA3's non-causal 192x192 needs P through shared memory). Round-robin pingpong over the three
     // warpgroups: +12.5% on the H200 (559 vs 497 TFLOPS, bf16 8k, bench/NOTES.md).
     case 64: return {192, 128, 3, 2, true, true};
-    // d96 rows are padded to 128 bytes in shared memory, so d128's tile fits as it is (FA3's 192x144 needs P
-    // through shared memory).
-    case 96: return {128, 176, 2, 2, true, true};
+    // Measured on the H200 (configs/sweeps/d96*.json, bench/NOTES.md): 192x112 leads non-causal 8k (653 TFLOPS
+    // against 565 for d128's 128x176), 192x96 causal 2k (454 against 441 for 192x112); FA3's 192x144 needs P
+    // through shared memory.
+    case 96: return causal ? TileDefaults{192, 96, 3, 2, true, true} : TileDefaults{192, 112, 3, 2, true, true};
     // 128x176 (FA3's non-causal tile, at the shared-memory limit with 2 stages) for both masks: on the H200
     // it beat 128x128 causal by 2% (651 vs 638 TFLOPS, bf16 8k, bench/NOTES.md); intra-warpgroup overlap
     // and pingpong on (FA3 paper §3.1-3.2).
@@ -122,13 +123,13 @@ TileDefaults fitted(DType dtype, int head_dim, int head_dim_v, TileDefaults t) {
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
-  (void)causal;  // the measured best tiles are the same for both masks (bench/NOTES.md)
+  // The measured best tiles are the same for both masks (bench/NOTES.md) except at d96.
   if (!supports_head_dims(dtype, head_dim, head_dim_v))
     throw Error(ErrorCode::kInvalidSpec,
                 fmt::format("spec fields \"head_dim\" ({}) and \"head_dim_v\" ({}) are not supported for dtype "
                             "\"{}\"; each is {}",
                             head_dim, head_dim_v, dtype_name(dtype), allowed_head_dims(dtype)));
-  return fitted(dtype, head_dim, head_dim_v, table_tile(dtype, tuned_row(head_dim), tuned_row(head_dim_v)));
+  return fitted(dtype, head_dim, head_dim_v, table_tile(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal));
 }
 
 TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {

@@ -593,12 +593,12 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
   const std::vector<Row> rows = {
       {64, false, {192, 128, 3, 2, true, true}},   {64, true, {192, 128, 3, 2, true, true}},
-      {96, false, {128, 176, 2, 2, true, true}},   {96, true, {128, 176, 2, 2, true, true}},
+      {96, false, {192, 112, 3, 2, true, true}},   {96, true, {192, 96, 3, 2, true, true}},
       {128, false, {128, 176, 2, 2, true, true}},  {128, true, {128, 176, 2, 2, true, true}},
       {192, false, {128, 112, 2, 2, true, true}},  {192, true, {128, 112, 2, 2, true, true}},
       {256, false, {128, 80, 2, 2, true, true}},   {256, true, {128, 80, 2, 2, true, true}},
       // sizes between the rows take the row above: 72 the 96 row, 200 the 256 row
-      {72, false, {128, 176, 2, 2, true, true}},   {200, true, {128, 80, 2, 2, true, true}},
+      {72, false, {192, 112, 3, 2, true, true}},   {200, true, {128, 80, 2, 2, true, true}},
   };
   for (const Row& row : rows) {
     for (const DType dtype : {DType::kFp16, DType::kBf16}) {
