@@ -521,7 +521,8 @@ CacheLookup CubinCache::get_or_compile(const std::string& key, const std::functi
         }
       }
       if (!kernel && !why.empty()) {
-        log(LogLevel::kInfo, fmt::format("cache entry {} rejected ({}); recompiling", path, why));
+        log(warned_rejected_.exchange(true) ? LogLevel::kInfo : LogLevel::kWarn,
+            fmt::format("cache entry {} rejected ({}); recompiling", path, why));
       }
     }
     if (!kernel) {

@@ -6,9 +6,12 @@
 // Entry file: <dir>/<key>.cubin-entry, written to a unique temp file (<dir>/.tmp-<key>-<pid>-<16 hex>),
 // fsynced, renamed into place; temp files left by writers that died are removed by the next publish. It
 // carries a magic, a format version, a SHA-256 of its payload and the key itself, all verified on read.
-// A torn, truncated, corrupted or foreign entry is treated as a miss and rebuilt.
+// A torn, truncated, corrupted or foreign entry (another key, an older entry format) is treated as a miss and
+// rebuilt, with one warning per cache object. An entry of another generator or NVRTC version has another key and is
+// never looked up.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -78,6 +81,7 @@ class CubinCache {
   bool exists_ = false;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
+  std::atomic<bool> warned_rejected_{false};  // a rejected entry warns once per cache, then logs at info
 };
 
 }  // namespace fa3jit

@@ -33,7 +33,8 @@ start=$(seconds)
 isolation=()
 [[ "${FA3JIT_WHEEL_NO_ISOLATION:-}" == 1 ]] && isolation=(--no-build-isolation)
 if ! "$python" -m pip wheel "$root" --no-deps "${isolation[@]}" -w "$work/dist" \
-     -Ccmake.define.FA3JIT_BUILD_TESTS=OFF -Cbuild-dir="$build_dir" > "$work/build.log" 2>&1; then
+     --config-settings=cmake.define.FA3JIT_BUILD_TESTS=OFF --config-settings=build-dir="$build_dir" \
+     > "$work/build.log" 2>&1; then
   tail -n 60 "$work/build.log" >&2
   echo "wheel: 'pip wheel' failed (log above; FA3JIT_WHEEL_NO_ISOLATION=1 builds offline with an installed scikit-build-core)" >&2
   exit 1
