@@ -10,30 +10,15 @@
 using namespace fa3jit;
 using namespace fa3jit::test;
 
-TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", "[gpu][sanitize]") {
-  if (!have_gpu()) return;
-  struct Case {
-    const char* spec;
-    int64_t seqlen_q, seqlen_k;
-  };
-  const Case cases[] = {
-      {R"({"dtype":"bf16","head_dim":128,"causal":true})", 239, 1023},
-      {R"({"dtype":"fp16","head_dim":64})", 113, 799},
-      {R"({"dtype":"bf16","head_dim":256,"causal":true})", 239, 300},
-      {R"({"dtype":"bf16","head_dim":128,"cluster_m":2})", 300, 1023},
-      {R"({"dtype":"fp16","head_dim":128,"causal":true,"intra_wg_overlap":false,"pingpong":false})", 1, 799},
-      {R"({"dtype":"e4m3","head_dim":128,"causal":true})", 239, 1023},
-      {R"({"dtype":"e4m3","head_dim":256,"quant":"per_block"})", 113, 799},
-      {R"({"dtype":"e4m3","head_dim":64,"causal":true})", 300, 239},
-      {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"quant":"per_block"})",
-       300, 1023},
-      // head dims off the 64-column grid: partial column blocks in Q/K/V/O, a partial k-step, head_dim_v != head_dim
-      {R"({"dtype":"bf16","head_dim":96,"causal":true})", 239, 799},
-      {R"({"dtype":"fp16","head_dim":192,"head_dim_v":128})", 113, 1023},
-      {R"({"dtype":"bf16","head_dim":72})", 300, 239},
-      {R"({"dtype":"e4m3","head_dim":192,"head_dim_v":128,"causal":true})", 239, 1023},
-      {R"({"dtype":"e4m3","head_dim":80,"quant":"per_block"})", 113, 799},
-  };
+namespace {
+
+struct Case {
+  const char* spec;
+  int64_t seqlen_q, seqlen_k;
+};
+
+template <size_t N>
+void run_sanitize_cases(const Case (&cases)[N]) {
   for (const Case& c : cases) {
     INFO(c.spec);
     const attention_fwd::Spec spec = attention_fwd::parse_spec(std::string(c.spec));
@@ -49,4 +34,37 @@ TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", 
     INFO(format_check(r));
     CHECK(r.passed);
   }
+}
+
+}  // namespace
+
+TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", "[gpu][sanitize]") {
+  if (!have_gpu()) return;
+  const Case cases[] = {
+      {R"({"dtype":"bf16","head_dim":128,"causal":true})", 239, 1023},
+      {R"({"dtype":"fp16","head_dim":64})", 113, 799},
+      {R"({"dtype":"bf16","head_dim":256,"causal":true})", 239, 300},
+      {R"({"dtype":"bf16","head_dim":128,"cluster_m":2})", 300, 1023},
+      {R"({"dtype":"fp16","head_dim":128,"causal":true,"intra_wg_overlap":false,"pingpong":false})", 1, 799},
+      {R"({"dtype":"e4m3","head_dim":128,"causal":true})", 239, 1023},
+      {R"({"dtype":"e4m3","head_dim":256,"quant":"per_block"})", 113, 799},
+      {R"({"dtype":"e4m3","head_dim":64,"causal":true})", 300, 239},
+      {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"quant":"per_block"})",
+       300, 1023},
+  };
+  run_sanitize_cases(cases);
+}
+
+TEST_CASE("sanitizer set: head dims off the 64-column grid and head_dim_v != head_dim, on odd sizes",
+          "[gpu][sanitize][sanitize_features]") {
+  if (!have_gpu()) return;
+  // Partial column blocks in Q/K/V/O, a partial k-step (72, 80), head_dim_v != head_dim, 3 warpgroups at d96.
+  const Case cases[] = {
+      {R"({"dtype":"bf16","head_dim":96,"causal":true})", 239, 799},
+      {R"({"dtype":"fp16","head_dim":192,"head_dim_v":128})", 113, 1023},
+      {R"({"dtype":"bf16","head_dim":72})", 300, 239},
+      {R"({"dtype":"e4m3","head_dim":192,"head_dim_v":128,"causal":true})", 239, 1023},
+      {R"({"dtype":"e4m3","head_dim":80,"quant":"per_block"})", 113, 799},
+  };
+  run_sanitize_cases(cases);
 }

@@ -200,7 +200,7 @@ TEST_CASE("sliding window, softcap and sinks: varlen prefill, paged decode and c
 }
 
 TEST_CASE("sanitizer set: sliding window + softcap + sinks, varlen prefill and split paged decode, odd lengths",
-          "[gpu][serving][variant][sanitize]") {
+          "[gpu][serving][variant][sanitize][sanitize_features]") {
   if (!have_gpu()) return;
   ServingShape prefill;
   prefill.dtype = DType::kBf16;
