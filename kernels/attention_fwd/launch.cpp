@@ -411,7 +411,11 @@ int resolve_splits(const ForwardArgs& a, const CallShape& s, int block_m, int bl
   if (a.num_splits > 0) return a.num_splits;
   const int64_t rows = pack_gqa ? std::max<int64_t>(1, block_m / s.group) : block_m;
   const int64_t m_blocks = (s.max_seqlen_q + rows - 1) / rows;
-  const int64_t tiles = m_blocks * (pack_gqa ? s.num_heads_kv : s.num_heads) * s.batch;
+  // Each factor is below 2^31; the heuristic only compares the tile count with a few waves of SMs, so the product
+  // saturates at 2^31 instead of overflowing (a fuzzed call with 2^31 of each found the overflow).
+  constexpr int64_t kSaturated = int64_t{1} << 31;
+  const int64_t tiles =
+      std::min(kSaturated, std::min(kSaturated, m_blocks * (pack_gqa ? s.num_heads_kv : s.num_heads)) * s.batch);
   const int64_t n_blocks = (s.max_seqlen_k + block_n - 1) / block_n;
   return num_splits_heuristic(tiles, n_blocks, multiprocessor_count(ordinal), kMaxSplits);
 }
@@ -668,15 +672,20 @@ struct ClassChoice {
   ShapeClass key;
   int num_splits;
 };
-ClassChoice choose_class(const ForwardArgs& a, const CallShape& s, int ordinal) {
+// The layout and variant bits of a call, all but split_kv. The mask is the one resolve_mask found: with one query
+// row the bottom-right causal mask hides no key (row 0 sees j <= seqlen_k - 1), so a decode step runs the
+// non-causal kernel and gives exactly the non-causal result (FA3 does the same).
+Layout call_layout(const ForwardArgs& a, const CallShape& s) {
   Layout l = base_layout(a, s);
-  // The mask resolved by resolve_mask: with one query row the bottom-right causal mask hides no key (row 0 sees
-  // j <= seqlen_k - 1), so a decode step runs the non-causal kernel and gives exactly the non-causal result (FA3
-  // does the same).
-  const bool causal = s.causal;
   l.local = s.local;
   l.softcap = s.softcap_log2 > 0.0f;
   l.sinks = a.sinks != nullptr;
+  return l;
+}
+
+ClassChoice choose_class(const ForwardArgs& a, const CallShape& s, int ordinal) {
+  Layout l = call_layout(a, s);
+  const bool causal = s.causal;
   const TileDefaults tile =
       class_tile(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal, l);
   const int splits = resolve_splits(a, s, tile.block_m, tile.block_n, l.pack_gqa, ordinal);
@@ -752,6 +761,14 @@ LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* s
 void forward(Runtime& runtime, const ForwardArgs& args, void* stream) {
   LaunchPlan plan = prepare_launch(runtime, args, stream);
   launch(plan);
+}
+
+Spec call_spec(const ForwardArgs& args, int num_splits) {
+  const CallShape shape = check_shape(args);
+  Layout l = call_layout(args, shape);
+  l.split_kv = (args.num_splits > 0 ? args.num_splits : num_splits) > 1;
+  return default_spec(args.dtype, shape.out_dtype, args.quant, static_cast<int>(shape.head_dim),
+                      static_cast<int>(shape.head_dim_v), shape.causal, l);
 }
 
 void forward(const Kernel& kernel, const ForwardArgs& args, void* stream) {

@@ -171,6 +171,13 @@ struct LaunchPlan {
   float* clear_lse_partial = nullptr;
   size_t clear_count = 0;
 };
+/// The kernel spec a call of `args` runs when no kernel is given: the tile table's choice for its shape class, as
+/// forward(runtime, ...) picks it (the same functions). Reads the shapes, the mask and which pointers are null;
+/// no pointer is dereferenced and no device is needed. `num_splits` stands for the split heuristic's answer when
+/// args.num_splits is 0 (the heuristic needs the device's SM count): > 1 gives the split_kv kernel. The argument
+/// checks throw as forward does. `fa3jit cache warm` compiles a serving manifest's calls with it (manifest.h).
+Spec call_spec(const ForwardArgs& args, int num_splits);
+
 LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* stream);
 LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* stream);
 /// cuLaunchKernelEx of a prepared plan; Error(kDriverError) when the driver refuses it.

@@ -81,7 +81,7 @@ expect 0 'removed 0 entries' "$fa3jit" cache clear --cache-dir "$work/typo/a/b"
 # 2. cache warm: every worker error is a line naming its file; no abort whatever a worker throws.
 mkdir "$work/specs"
 cp "$work/overflow.json" "$work/nul.json" "$work/deep4k.json" "$work/specs/"
-expect 2 '0 specs warmed into .*, 5 failed' "$fa3jit" cache warm "$work/specs" /dev/zero "$work/fifo.json" -j 4
+expect 2 '0 kernels warmed into .*, 5 failed' "$fa3jit" cache warm "$work/specs" /dev/zero "$work/fifo.json" -j 4
 out=$("$fa3jit" cache warm "$work/specs" /dev/zero "$work/fifo.json" -j 4 2>&1)
 for f in overflow.json nul.json deep4k.json /dev/zero fifo.json; do
   grep -q "^error .*$f" <<<"$out" || fail "cache warm printed no error line for $f: $out"

@@ -1,4 +1,5 @@
-// `fa3jit cache warm`: compile specs into the cubin cache ahead of time, several at once.
+// `fa3jit cache warm`: compile specs, and the kernels of serving manifests (kernels/attention_fwd/manifest.h), into
+// the cubin cache ahead of time, several at once.
 // NVRTC compiles independent programs concurrently, and the cache compiles each key once even when two
 // specs resolve to the same kernel (cubin_cache.h).
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "core/error.h"
 #include "jit/cubin_cache.h"
 #include "jit/family.h"
+#include "kernels/attention_fwd/manifest.h"
 #include "tools/cli/commands.h"
 
 namespace fa3jit::cli {
@@ -45,10 +48,47 @@ struct Outcome {
   std::string line;
 };
 
-Outcome warm_one(Runtime& runtime, const std::string& file) {
+// One kernel to warm: a spec file, or one kernel of a serving manifest (kernels/attention_fwd/manifest.h).
+struct Item {
+  std::string file;                     // the spec or manifest file
+  std::optional<nlohmann::json> spec;   // a manifest's kernel; empty: the file is the spec
+  std::string what;                     // which of the manifest's calls needs it
+};
+
+// Spec files as they are; a serving manifest becomes its kernels. A manifest that cannot be read or expanded is one
+// error line (and counts as a failure).
+std::vector<Item> items_of(const std::vector<std::string>& files, std::vector<std::string>& errors) {
+  std::vector<Item> items;
+  for (const std::string& file : files) {
+    try {
+      const SpecDocument document = load_spec_document(file);  // its errors name the file
+      if (document.kind != attention_fwd::kManifestKind) {
+        items.push_back({file, std::nullopt, {}});
+        continue;
+      }
+      try {
+        for (attention_fwd::ManifestKernel& k : attention_fwd::manifest_kernels(document.spec))
+          items.push_back({file, std::move(k.spec), std::move(k.what)});
+      } catch (const Error& e) {
+        throw Error(e.code(), fmt::format("{}: {}", file, e.what()));
+      }
+    } catch (const Error& e) {
+      errors.push_back(fmt::format("error {}", e.what()));
+    } catch (const std::bad_alloc&) {
+      errors.push_back(fmt::format("error {}: out of host memory", file));
+    } catch (const std::exception& e) {
+      errors.push_back(fmt::format("error {}: internal: {}", file, e.what()));
+    }
+  }
+  return items;
+}
+
+Outcome warm_one(Runtime& runtime, const Item& item) {
   Outcome out;
+  const std::string file = item.spec ? fmt::format("{} [{}]", item.file, item.what) : item.file;
   try {
-    const SpecDocument document = load_spec_document(file);  // its errors name the file
+    const SpecDocument document = item.spec ? split_spec_document(*item.spec)
+                                            : load_spec_document(item.file);  // its errors name the file
     PreparedKernel k;
     try {
       k = runtime.prepare(request_for(document));
@@ -83,17 +123,20 @@ Outcome warm_one(Runtime& runtime, const std::string& file) {
 int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
   const std::vector<std::string> files = expand(options.paths);
   if (files.empty()) throw Error(ErrorCode::kIoError, "cache warm: no spec files found in the given paths");
+  std::vector<std::string> errors;
+  const std::vector<Item> items = items_of(files, errors);
+  for (const std::string& line : errors) fmt::print("{}\n", line);
   Runtime runtime(RuntimeOptions{global.cache_dir});
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-  const size_t jobs = std::min<size_t>(files.size(), options.jobs > 0 ? options.jobs : hardware);
+  const size_t jobs = std::max<size_t>(1, std::min<size_t>(items.size(), options.jobs > 0 ? options.jobs : hardware));
   std::atomic<size_t> next{0};
-  std::atomic<size_t> failures{0};
+  std::atomic<size_t> failures{errors.size()};
   std::mutex print_mu;
   auto worker = [&]() noexcept {
-    for (size_t i = next++; i < files.size(); i = next++) {
+    for (size_t i = next++; i < items.size(); i = next++) {
       Outcome outcome;
       try {
-        outcome = warm_one(runtime, files[i]);
+        outcome = warm_one(runtime, items[i]);
       } catch (...) {  // only when even the error line could not be built (host memory exhausted)
         outcome = Outcome{};
       }
@@ -126,8 +169,8 @@ int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
   worker();
   for (std::thread& t : threads) t.join();
   const CubinCache& cache = runtime.cache();
-  const size_t warmed = files.size() - failures;
-  fmt::print("{} spec{} warmed into {}, {} failed\n", warmed, warmed == 1 ? "" : "s",
+  const size_t warmed = items.size() + errors.size() - failures;
+  fmt::print("{} kernel{} warmed into {}, {} failed\n", warmed, warmed == 1 ? "" : "s",
              cache.persistent() ? cache.directory() : std::string("memory only"), failures.load());
   if (!cache.persistent()) {
     fmt::print("nothing was written to disk: the cache directory{} is not usable (see the warning above), so "

@@ -1,0 +1,161 @@
+// Serving manifests (kernels/attention_fwd/manifest.h): a model's calls resolve to the kernels forward would pick
+// (call_spec, the launch path's own choice), split variants bring their combine kernel, bad manifests are errors
+// naming the field, and warm_manifest compiles them into the cache. No GPU needed.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "jit/family.h"
+#include "kernels/attention_fwd/launch.h"
+#include "kernels/attention_fwd/manifest.h"
+#include "runtime/runtime.h"
+
+using namespace fa3jit;
+using namespace fa3jit::attention_fwd;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+
+namespace {
+
+json llama(json model_fields = json::object()) {
+  json model = {{"name", "Llama-3.1-8B"}, {"dtype", "bf16"},       {"head_dim", 128},
+                {"num_heads", 32},        {"num_heads_kv", 8},     {"causal", true},
+                {"kv", {"paged"}},        {"page_sizes", {16}},    {"decode_queries", {1}}};
+  for (auto& [key, value] : model_fields.items()) model[key] = value;
+  return {{"kind", "serving_manifest"}, {"models", {model}}};
+}
+
+std::set<std::string> attention_specs(const std::vector<ManifestKernel>& kernels) {
+  std::set<std::string> out;
+  for (const ManifestKernel& k : kernels)
+    if (k.spec.at("kind") == "attention_fwd") out.insert(k.spec.dump());
+  return out;
+}
+
+// A call of the C++ API, shapes only (no pointer is read by call_spec).
+const int32_t kIndex[1] = {0};
+
+}  // namespace
+
+TEST_CASE("a manifest lists the kernels its calls run, as call_spec picks them", "[manifest]") {
+  const std::vector<ManifestKernel> kernels = manifest_kernels(llama());
+  REQUIRE(!kernels.empty());
+  std::set<std::string> distinct;
+  bool combine = false;
+  for (const ManifestKernel& k : kernels) {
+    INFO(k.what << ": " << k.spec.dump());
+    CHECK(distinct.insert(k.spec.dump()).second);  // listed once
+    CHECK_THAT(k.what, Contains("Llama-3.1-8B"));
+    combine = combine || k.spec.at("kind") == "attention_combine";
+    CHECK_NOTHROW(request_for(split_spec_document(k.spec)));  // a valid spec of its family
+  }
+  CHECK(combine);
+
+  // A decode step over a paged cache, as flash_attn_with_kvcache makes it: dense q of 1 row, page size 16.
+  ForwardArgs decode;
+  decode.dtype = DType::kBf16;
+  decode.batch = 64;
+  decode.seqlen_q = 1;
+  decode.num_heads = 32;
+  decode.num_heads_kv = 8;
+  decode.head_dim = 128;
+  decode.causal = true;
+  decode.page_table = kIndex;
+  decode.seqused_k = kIndex;
+  decode.page_size = 16;
+  decode.max_pages = 300;
+  decode.page_table_stride = 300;
+  decode.num_pages = 20000;
+  decode.num_splits = 0;
+  const std::set<std::string> listed = attention_specs(kernels);
+  for (int splits : {1, 2}) {
+    const Spec spec = call_spec(decode, splits);
+    INFO(canonical_json(spec).dump());
+    CHECK(listed.count(canonical_json(spec).dump()) == 1);
+    CHECK_FALSE(spec.causal);  // one query row sees every key: the decode step runs the non-causal kernel
+    CHECK(spec.paged_kv);
+    CHECK(spec.split_kv == (splits > 1));
+  }
+  // A chunked prefill over the same cache: packed q of 300 rows per sequence.
+  ForwardArgs chunk = decode;
+  chunk.cu_seqlens_q = kIndex;
+  chunk.seqlen_q = 1200;
+  chunk.max_seqlen_q = 300;
+  const Spec prefill = call_spec(chunk, 1);
+  CHECK(prefill.causal);
+  CHECK(prefill.varlen_q);
+  CHECK(listed.count(canonical_json(prefill).dump()) == 1);
+}
+
+TEST_CASE("a manifest's variants and head dims reach the kernels", "[manifest]") {
+  const json gpt_oss = llama({{"head_dim", 64}, {"num_heads", 64}, {"window_size", {127, 0}}, {"sinks", true}});
+  for (const ManifestKernel& k : manifest_kernels(gpt_oss)) {
+    if (k.spec.at("kind") != "attention_fwd") continue;
+    INFO(k.what);
+    CHECK(k.spec.at("sinks") == true);
+    CHECK(k.spec.at("local") == true);
+    CHECK(k.spec.at("head_dim") == 64);
+  }
+  const json mla = llama({{"head_dim", 192}, {"head_dim_v", 128}, {"num_heads", 128}, {"num_heads_kv", 128},
+                          {"kv", {"packed"}}, {"page_sizes", nullptr}});
+  json mla_manifest = mla;
+  mla_manifest["models"][0].erase("page_sizes");
+  for (const ManifestKernel& k : manifest_kernels(mla_manifest)) {
+    INFO(k.what);
+    CHECK(k.spec.at("head_dim_v") == 128);
+  }
+}
+
+TEST_CASE("bad manifests are errors naming the field", "[manifest]") {
+  const auto error_of = [](const json& manifest) -> std::string {
+    try {
+      manifest_kernels(manifest);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  json unknown = llama();
+  unknown["models"][0]["page_size"] = 16;
+  CHECK_THAT(error_of(unknown), Contains("models[0].page_size") && Contains("unknown"));
+  CHECK_THAT(error_of(llama({{"page_sizes", {16, 12}}})), Contains("page_size = 12") && Contains("Llama-3.1-8B"));
+  CHECK_THAT(error_of(llama({{"head_dim", 84}})), Contains("models[0].head_dim") || Contains("head_dim = 84"));
+  CHECK_THAT(error_of(llama({{"num_heads_kv", 5}})), Contains("num_heads"));
+  CHECK_THAT(error_of(llama({{"kv", {"paged", "pages"}}})), Contains("models[0].kv[1]") && Contains("\"pages\""));
+  CHECK_THAT(error_of(llama({{"window_size", {5}}})), Contains("models[0].window_size"));
+  CHECK_THAT(error_of(llama({{"decode_queries", json::array()}})), Contains("models[0].decode_queries"));
+  json no_pages = llama();
+  no_pages["models"][0].erase("page_sizes");
+  CHECK_THAT(error_of(no_pages), Contains("models[0].page_sizes") && Contains("missing"));
+  CHECK_THAT(error_of({{"kind", "serving_manifest"}, {"models", json::array()}}), Contains("models"));
+  CHECK_THAT(error_of({{"kind", "attention_fwd"}, {"models", {1}}}), Contains("kind"));
+}
+
+TEST_CASE("warm_manifest compiles a manifest's kernels into the cache once", "[manifest][compile]") {
+  const std::string dir = (std::filesystem::temp_directory_path() / "fa3jit-test-manifest-cache").string();
+  std::filesystem::remove_all(dir);
+  Runtime runtime(RuntimeOptions{dir});
+  const json small = llama({{"head_dim", 64}, {"num_heads", 8}, {"num_heads_kv", 8}});
+  const size_t kernels = manifest_kernels(small).size();
+  CHECK(warm_manifest(runtime, small) == kernels);
+  CHECK(warm_manifest(runtime, small) == 0);  // all in the cache now
+  CHECK(runtime.cache().list().size() == kernels);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the manifests in configs/manifests expand", "[manifest]") {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(FA3JIT_SOURCE_DIR "/configs/manifests")) {
+    INFO(entry.path().string());
+    const SpecDocument doc = load_spec_document(entry.path().string());
+    CHECK(doc.kind == kManifestKind);
+    CHECK_FALSE(manifest_kernels(doc.spec).empty());
+    ++files;
+  }
+  CHECK(files >= 2);
+}
