@@ -23,7 +23,9 @@
 
 #include "core/error.h"
 #include "kernels/attention_fwd/emit.h"
+#include "core/json_fields.h"
 #include "kernels/attention_fwd/launch.h"
+#include "kernels/attention_fwd/manifest.h"
 #include "kernels/quantize_fp8/launch.h"
 #include "runtime/runtime.h"
 
@@ -506,6 +508,16 @@ fa3jit_status fa3jit_compile_spec(fa3jit_runtime* runtime, const char* spec_json
     if (out != nullptr) check_struct_size(out, "fa3jit_kernel_info", false);
     const fa3jit::PreparedKernel prepared = runtime->runtime.prepare(std::string(spec_json));
     if (out != nullptr) fill_info(prepared, out);
+  });
+}
+
+fa3jit_status fa3jit_warm_manifest(fa3jit_runtime* runtime, const char* manifest_json, size_t* compiled) {
+  return guarded("fa3jit_warm_manifest", [&] {
+    check_runtime(runtime, "fa3jit_warm_manifest");
+    if (manifest_json == nullptr) invalid("fa3jit_warm_manifest: manifest_json is NULL; expected a serving manifest");
+    const size_t n = fa3jit::attention_fwd::warm_manifest(runtime->runtime,
+                                                          fa3jit::json_fields::parse_text(std::string(manifest_json)));
+    if (compiled != nullptr) *compiled = n;
   });
 }
 

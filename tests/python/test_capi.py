@@ -644,3 +644,25 @@ def test_library_lookup_puts_the_bundled_library_first(monkeypatch, tmp_path):
 
 def test_bundled_library_is_in_the_package_directory():
     assert _capi.bundled_library() == pathlib.Path(_capi.__file__).resolve().parent / "libfa3jit.so"
+
+
+MANIFEST = {"kind": "serving_manifest",
+            "models": [{"name": "tiny", "dtype": "fp16", "head_dim": 64, "num_heads": 8, "num_heads_kv": 8,
+                        "kv": ["packed"], "decode_queries": [1]}]}
+
+
+def test_warm_manifest_compiles_the_kernels_of_a_serving_manifest(tmp_path):
+    """fa3jit_warm_manifest through the runtime and fa3jit.warm_manifest (background thread), no GPU needed."""
+    with fa3jit.Runtime(cache_dir=str(tmp_path / "cache")) as runtime:
+        compiled = runtime.warm_manifest(MANIFEST)
+        assert compiled >= 2  # a prefill and a decode kernel at least (and split variants, their combine)
+        assert runtime.warm_manifest(json.dumps(MANIFEST)) == 0  # every kernel is cached now
+        entries = [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".cubin-entry")]
+        assert len(entries) == compiled
+        bad = dict(MANIFEST, models=[dict(MANIFEST["models"][0], page_sizes=[16])])
+        with pytest.raises(fa3jit.Fa3jitValueError, match=r"models\[0\]\.page_sizes") as info:
+            runtime.warm_manifest(bad)
+        assert info.value.status_name == "invalid_spec"
+    thread = fa3jit.warm_manifest(MANIFEST, background=True)
+    thread.join(120)
+    assert not thread.is_alive() and thread.error is None and thread.compiled >= 0

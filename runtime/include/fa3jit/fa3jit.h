@@ -462,6 +462,17 @@ typedef struct fa3jit_kernel_info {
 FA3JIT_API fa3jit_status fa3jit_compile_spec(fa3jit_runtime* runtime, const char* spec_json,
                                              fa3jit_kernel_info* out);
 
+/* Compiles every kernel of a serving manifest (JSON text of kind "serving_manifest": the models a server runs,
+ * their head dims, masks and K/V layouts; kernels/attention_fwd/manifest.h and the README give the fields) into
+ * the runtime's cubin cache, so later fa3jit_attention_forward calls of those shapes only load their kernels.
+ * Blocks while it compiles (about 0.5 s per kernel); a server calls it from a thread of its own and serves
+ * meanwhile: forward calls on other threads proceed, and one that needs a kernel being compiled waits for that
+ * compile instead of starting its own. Needs no GPU. *compiled (may be NULL) receives the number of kernels that
+ * were not in the cache yet.
+ * Errors: INVALID_ARGUMENT (runtime or manifest_json NULL); INVALID_SPEC (a bad manifest, naming the field);
+ *   UNSUPPORTED (e.g. a page size the kernels cannot load); COMPILE_FAILED; CACHE; INTERNAL. */
+FA3JIT_API fa3jit_status fa3jit_warm_manifest(fa3jit_runtime* runtime, const char* manifest_json, size_t* compiled);
+
 /* Fills *out (struct_size set by the caller) with what a kernel handle holds.
  * Errors: INVALID_ARGUMENT (NULL arguments, a stale handle, struct_size too small). */
 FA3JIT_API fa3jit_status fa3jit_kernel_get_info(const fa3jit_kernel* kernel, fa3jit_kernel_info* out);

@@ -24,7 +24,8 @@ torch.ops.fa3jit.flash_attn_func_out (fa3jit/_torch_ops.py), which torch.compile
 without torch the package imports all the same and everything but flash_attn_func works.
 """
 
-from typing import Any, Dict
+import threading
+from typing import Any, Dict, Union
 
 from . import _torch_ops
 from ._capi import (ABI_VERSION, Fa3jitError, Fa3jitRuntimeError, Fa3jitValueError, Kernel, LibraryNotFoundError,
@@ -42,6 +43,7 @@ __all__ = [
     "flash_attn_fp8_func",
     "Kernel",
     "compile_spec",
+    "warm_manifest",
     "capabilities",
     "version",
     "library_path",
@@ -66,6 +68,37 @@ def compile_spec(spec: Spec) -> Dict[str, Any]:
     Fa3jitRuntimeError (a RuntimeError) when NVRTC or the cache fails, TypeError for neither str nor dict.
     """
     return runtime().compile_spec(spec)
+
+
+def warm_manifest(manifest: Spec, background: bool = False) -> Union[int, threading.Thread]:
+    """Compiles the kernels of a serving manifest before traffic, with the process-wide runtime. Needs no GPU.
+
+    manifest: JSON text or a dict, {"kind": "serving_manifest", "models": [{"dtype": "bf16", "head_dim": 128,
+    "num_heads": 32, "num_heads_kv": 8, "causal": True, "kv": ["paged"], "page_sizes": [16],
+    "decode_queries": [1]}]} (kernels/attention_fwd/manifest.h lists every field: head_dim_v, window_size,
+    softcap, sinks, "packed" / "dense" K/V). The prefill and decode calls of each model are resolved to the
+    kernels the runtime will pick for them (with and without split-KV) and compiled into the cubin cache.
+    background=False: blocks and returns how many kernels were compiled (not cached yet). background=True: returns
+    a started daemon threading.Thread at once; calls made meanwhile run as usual, and one that needs a kernel being
+    compiled waits for it rather than compiling it twice. Raises Fa3jitValueError for a bad manifest (naming the
+    field), Fa3jitRuntimeError when NVRTC or the cache fails (in the thread with background=True: join it and
+    read its `error` attribute, None on success).
+    """
+    if not background:
+        return runtime().warm_manifest(manifest)
+    text = _capi.spec_text(manifest)
+
+    def work() -> None:
+        try:
+            thread.compiled = runtime().warm_manifest(text)  # type: ignore[attr-defined]
+        except Exception as error:  # surfaced through the thread's attribute
+            thread.error = error  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=work, name="fa3jit-warm", daemon=True)
+    thread.error = None  # type: ignore[attr-defined]
+    thread.compiled = 0  # type: ignore[attr-defined]
+    thread.start()
+    return thread
 
 
 _torch_ops.register()  # torch.ops.fa3jit.*, when torch imports; records why not in _torch_ops.UNAVAILABLE_REASON

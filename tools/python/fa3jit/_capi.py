@@ -404,6 +404,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fa3jit_kernel_destroy": (None, [c_void_p]),
         "fa3jit_kernel_get_info": (c_int, [c_void_p, ctypes.POINTER(KernelInfo)]),
         "fa3jit_compile_spec": (c_int, [c_void_p, c_char_p, ctypes.POINTER(KernelInfo)]),
+        "fa3jit_warm_manifest": (c_int, [c_void_p, c_char_p, ctypes.POINTER(ctypes.c_size_t)]),
         # params as c_void_p: fa3jit.fp8 passes the address of its QuantizeParams.
         "fa3jit_quantize_fp8": (c_int, [c_void_p, c_void_p, c_void_p]),
         "fa3jit_attention_quant_blocks": (c_int, [c_void_p, ctypes.c_int64, ctypes.c_int32,
@@ -561,6 +562,15 @@ class Runtime:
         status = self._lib.fa3jit_compile_spec(self.handle, spec_text(spec).encode(), ctypes.byref(info))
         check(status, "fa3jit_compile_spec")
         return info.as_dict()
+
+    def warm_manifest(self, manifest: Spec) -> int:
+        """Compiles every kernel of a serving manifest (JSON text or dict of kind "serving_manifest") into the
+        cache; blocks while it compiles; returns how many kernels were not cached yet. Needs no GPU. Raises
+        Fa3jitValueError for a bad manifest naming the field, Fa3jitRuntimeError when NVRTC or the cache fails."""
+        compiled = ctypes.c_size_t(0)
+        status = self._lib.fa3jit_warm_manifest(self.handle, spec_text(manifest).encode(), ctypes.byref(compiled))
+        check(status, "fa3jit_warm_manifest")
+        return compiled.value
 
     def create_kernel(self, spec: Spec) -> "Kernel":
         """Kernel(spec, runtime=self)."""
