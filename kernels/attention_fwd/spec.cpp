@@ -351,11 +351,8 @@ Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int h
   return default_spec(dtype, out_dtype, quant, head_dim, head_dim_v, causal, Layout{});
 }
 
-Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal,
-                  const Layout& layout) {
-  check_dtype(dtype);
-  check_head_dims(dtype, head_dim, head_dim_v);
-  const TileDefaults d = variant_tile(dtype, head_dim, head_dim_v, causal, layout);
+Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal,
+                const TileDefaults& d, const Layout& layout) {
   const bool serving = layout.varlen_q || layout.varlen_k || layout.paged_kv || layout.pack_gqa || layout.split_kv;
   Spec spec;
   spec.dtype = dtype;
@@ -380,6 +377,15 @@ Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int h
   spec.local = layout.local;
   spec.softcap = layout.softcap;
   spec.sinks = layout.sinks;
+  return spec;
+}
+
+Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal,
+                  const Layout& layout) {
+  check_dtype(dtype);
+  check_head_dims(dtype, head_dim, head_dim_v);
+  const Spec spec = tiled_spec(dtype, out_dtype, quant, head_dim, head_dim_v, causal,
+                               variant_tile(dtype, head_dim, head_dim_v, causal, layout), layout);
   validate(spec);
   return spec;
 }

@@ -166,6 +166,12 @@ Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int h
 Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal,
                   const Layout& layout);
 
+struct TileDefaults;  // tile_table.h
+/// The Spec of a tile and layout, not validated: default_spec's assembly, which the tile table also uses to check
+/// a candidate tile's budgets (tile_table.cpp).
+Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int head_dim_v, bool causal,
+                const TileDefaults& tile, const Layout& layout);
+
 /// Canonical JSON: "kind" and every kernel field, keys sorted, every default spelled out. Two specs
 /// compile to the same kernel iff their canonical strings are equal.
 nlohmann::json canonical_json(const Spec& spec);

@@ -85,19 +85,8 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
 
 // The budget problems of a tile at (dtype, head_dim, head_dim_v) with the dtype's default output (empty: it fits).
 std::vector<std::string> tile_problems(DType dtype, int head_dim, int head_dim_v, const TileDefaults& t) {
-  Spec spec;
-  spec.dtype = dtype;
-  spec.out_dtype = default_out_dtype(dtype);
-  spec.quant = dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone;
-  spec.head_dim = head_dim;
-  spec.head_dim_v = head_dim_v;
-  spec.block_m = t.block_m;
-  spec.block_n = t.block_n;
-  spec.consumer_warpgroups = t.consumer_warpgroups;
-  spec.stages = t.stages;
-  spec.intra_wg_overlap = t.intra_wg_overlap;
-  spec.pingpong = t.pingpong;
-  spec.fp32_two_level_accum = t.fp32_two_level_accum;
+  const Spec spec = tiled_spec(dtype, default_out_dtype(dtype), dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone,
+                               head_dim, head_dim_v, false, t, Layout{});
   return budget_problems(spec, derive_config(spec));
 }
 
