@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -33,6 +34,15 @@ std::vector<EncodedMap> g_encoded;             // since the last launch
 FakeCudaLaunch g_last_launch{};
 int g_launches = 0;
 uint64_t g_param_bytes = 0;
+std::vector<std::pair<std::string, uint64_t>> g_param_bytes_by_prefix;  // kernels of another family's Params
+constexpr int kHistory = 8;
+FakeCudaLaunch g_history[kHistory];  // launch n (1-based) at [(n - 1) % kHistory]
+
+uint64_t param_bytes_of(const std::string& kernel_name) {
+  for (const auto& [prefix, bytes] : g_param_bytes_by_prefix)
+    if (kernel_name.rfind(prefix, 0) == 0) return bytes;
+  return g_param_bytes;
+}
 
 // Opaque handles: distinct non-null values, never dereferenced by the runtime.
 CUcontext const kContext = reinterpret_cast<CUcontext>(0xc0);
@@ -160,7 +170,7 @@ CUresult fake_cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** par
     if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) r.cluster_x = c->attrs[i].value.clusterDim.x;
   std::strncpy(r.kernel_name, g_kernel_names[index - 1].c_str(), sizeof(r.kernel_name) - 1);
   r.params_address = reinterpret_cast<uint64_t>(params[0]);
-  std::memcpy(r.params, params[0], g_param_bytes);
+  std::memcpy(r.params, params[0], param_bytes_of(g_kernel_names[index - 1]));
   const size_t n = g_encoded.size() < 4 ? g_encoded.size() : 4;
   for (size_t i = 0; i < n; ++i) {
     const EncodedMap& m = g_encoded[g_encoded.size() - n + i];
@@ -170,6 +180,7 @@ CUresult fake_cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** par
   }
   g_encoded.clear();
   g_last_launch = r;
+  g_history[g_launches % kHistory] = r;
   ++g_launches;
   return CUDA_SUCCESS;
 }
@@ -301,6 +312,19 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
 __attribute__((visibility("default"))) void fake_cuda_set_param_bytes(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_param_bytes = bytes < sizeof(FakeCudaLaunch::params) ? bytes : sizeof(FakeCudaLaunch::params);
+}
+
+__attribute__((visibility("default"))) void fake_cuda_set_param_bytes_for(const char* kernel_prefix, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_param_bytes_by_prefix.emplace_back(kernel_prefix,
+                                       bytes < sizeof(FakeCudaLaunch::params) ? bytes : sizeof(FakeCudaLaunch::params));
+}
+
+__attribute__((visibility("default"))) int fake_cuda_launch(int n, FakeCudaLaunch* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (n < 1 || n > g_launches || n <= g_launches - kHistory) return 0;
+  if (out != nullptr) *out = g_history[(n - 1) % kHistory];
+  return 1;
 }
 
 __attribute__((visibility("default"))) int fake_cuda_last_launch(FakeCudaLaunch* out) {

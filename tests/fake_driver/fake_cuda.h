@@ -27,6 +27,13 @@ struct FakeCudaLaunch {
 /// every family passes one parameter struct). At most sizeof(FakeCudaLaunch::params); 0 records none.
 void fake_cuda_set_param_bytes(uint64_t bytes);
 
+/// The bytes of kernel argument 0 that launches of kernels whose name starts with `kernel_prefix` record (another
+/// family's sizeof(Params); the value of fake_cuda_set_param_bytes applies to the others).
+void fake_cuda_set_param_bytes_for(const char* kernel_prefix, uint64_t bytes);
+
+/// A copy of launch number n (1-based, one of the last 8); returns 1, or 0 when it is not kept (`out` untouched).
+int fake_cuda_launch(int n, FakeCudaLaunch* out);
+
 /// A copy of the last launch; returns the number of launches so far (0: `out` untouched).
 int fake_cuda_last_launch(FakeCudaLaunch* out);
 

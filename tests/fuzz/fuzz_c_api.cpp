@@ -7,8 +7,9 @@
 // holds their base pointer; out overlaps no input unless it aliases q exactly.
 //
 // Pointers come from a fixed set of fake allocations (fake_cuda_alloc) at fuzzed offsets, or are fuzzed
-// outright; the fake never dereferences them. Kernels are compiled once with NVRTC in LLVMFuzzerInitialize
-// (into FA3JIT_CACHE_DIR, so a second run loads them from disk), which keeps every fuzzed call on the warm path.
+// outright; the fake never dereferences them. Kernels are "compiled" by the stand-in NVRTC of fake_nvrtc.cpp, which
+// returns at once: every shape class a fuzzed call names costs microseconds, so the calls run at the launch
+// path's own speed (a few kernels are warmed in LLVMFuzzerInitialize as before).
 #include <dlfcn.h>
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -21,12 +22,14 @@
 #include "fa3jit/fa3jit.h"
 #include "fake_cuda.h"
 #include "fuzz_util.h"
+#include "kernels/attention_combine/params.h"
 #include "kernels/attention_fwd/params.h"
 
 namespace {
 
 struct Fake {
   int (*last_launch)(FakeCudaLaunch*) = nullptr;
+  int (*launch)(int, FakeCudaLaunch*) = nullptr;
   uint64_t (*alloc)(uint64_t) = nullptr;
 };
 Fake g_fake;
@@ -125,9 +128,8 @@ Span reach_of(const void* base, const FakeCudaLaunch& l, int map) {
   return {lo, hi > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(hi)};
 }
 
-void check_launch(const fa3jit_forward_params& p) {
-  FakeCudaLaunch l{};
-  g_fake.last_launch(&l);
+// `l`: the attention kernel's launch of the call (a split-KV call launches the combine kernel after it).
+void check_launch(const fa3jit_forward_params& p, const FakeCudaLaunch& l) {
   fa3jit::attention_fwd::Params params;
   std::memcpy(&params, l.params, sizeof(params));
   const fa3jit_tensor* tensors[4] = {&p.q, &p.k, &p.v, &p.out};
@@ -206,11 +208,15 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (cuda == nullptr) die("libcuda.so.1 not found; run with LD_LIBRARY_PATH=<build>/fake_driver (tools/fuzz.sh)");
   g_fake.last_launch = reinterpret_cast<int (*)(FakeCudaLaunch*)>(dlsym(cuda, "fake_cuda_last_launch"));
+  g_fake.launch = reinterpret_cast<int (*)(int, FakeCudaLaunch*)>(dlsym(cuda, "fake_cuda_launch"));
   g_fake.alloc = reinterpret_cast<uint64_t (*)(uint64_t)>(dlsym(cuda, "fake_cuda_alloc"));
   auto set_param_bytes = reinterpret_cast<void (*)(uint64_t)>(dlsym(cuda, "fake_cuda_set_param_bytes"));
-  if (!g_fake.last_launch || !g_fake.alloc || !set_param_bytes)
+  auto set_param_bytes_for =
+      reinterpret_cast<void (*)(const char*, uint64_t)>(dlsym(cuda, "fake_cuda_set_param_bytes_for"));
+  if (!g_fake.last_launch || !g_fake.launch || !g_fake.alloc || !set_param_bytes || !set_param_bytes_for)
     die("the libcuda.so.1 found is not the fake driver (tests/fake_driver); refusing to run against a real one");
   set_param_bytes(sizeof(fa3jit::attention_fwd::Params));
+  set_param_bytes_for("fa3jit_attention_combine", sizeof(fa3jit::attention_combine::Params));
   if (std::getenv("FA3JIT_FUZZ_STATS") != nullptr) std::atexit(print_statuses);
   for (uint64_t bytes : kAllocationBytes) g_allocations.push_back({g_fake.alloc(bytes), bytes});
 
@@ -264,6 +270,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.out = in.ConsumeIntegralInRange<int>(0, 7) == 7 ? p.q : pick_tensor(in, 3, p.seqlen_q, p.num_heads, dv);
   p.lse = in.ConsumeBool() ? nullptr : static_cast<float*>(pick_pointer(in, true, 4));
   p.softmax_scale = in.ConsumeBool() ? in.ConsumeFloatingPoint<float>() : 0.0f;
+  // Splits: mostly none; the heuristic, a few, or out of range (dense q and K/V: the tensor-map checks below hold).
+  p.num_splits = in.PickValueInArray<int32_t>({1, 1, 1, 1, 0, 2, 7, -1, 300});
   if (in.ConsumeIntegralInRange<int>(0, 7) == 7) {
     p.workspace = pick_pointer(in, true, in.ConsumeIntegralInRange<size_t>(0, 4));
     p.workspace_bytes = in.ConsumeIntegral<size_t>();
@@ -293,7 +301,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_REQUIRE(launches == 0, "a refused call (%s: %s) launched", fa3jit_status_name(status), fa3jit_last_error());
     return 0;
   }
-  FUZZ_REQUIRE(launches == 1, "an accepted call launched %d times", launches);
-  check_launch(p);
+  // One launch, or with split-KV (num_splits 0 or > 1) the attention kernel and then the combine kernel.
+  FUZZ_REQUIRE(launches == 1 || (launches == 2 && p.num_splits != 1), "an accepted call (num_splits %d) launched %d "
+               "times", p.num_splits, launches);
+  FakeCudaLaunch attention{};
+  FUZZ_REQUIRE(g_fake.launch(before + 1, &attention) == 1, "launch %d not recorded", before + 1);
+  FUZZ_REQUIRE(std::strncmp(attention.kernel_name, "fa3jit_attention_fwd_", 21) == 0, "first launch is %s",
+               attention.kernel_name);
+  check_launch(p, attention);
+  if (launches == 2) {
+    FakeCudaLaunch combine{};
+    FUZZ_REQUIRE(g_fake.launch(before + 2, &combine) == 1, "launch %d not recorded", before + 2);
+    FUZZ_REQUIRE(std::strncmp(combine.kernel_name, "fa3jit_attention_combine_", 25) == 0, "second launch is %s",
+                 combine.kernel_name);
+    FUZZ_REQUIRE(p.workspace != nullptr && inside_allocation(reinterpret_cast<uint64_t>(p.workspace), 1),
+                 "a split call launched without a workspace inside an allocation");
+  }
   return 0;
 }
