@@ -65,10 +65,12 @@ nlohmann::json capabilities_json() {
   auto rule = [](const HeadDimRule& r) {
     return nlohmann::json{{"min", r.min}, {"max", r.max}, {"multiple_of", r.multiple}};
   };
+  // "head_dims" keeps its meaning of ABI version 2 (a list of sizes that all work): the tile table's rows; the rule
+  // says which others are generated.
   return {{"dtypes", dtypes},
-          {"head_dims", rule(c.head_dims)},
-          {"fp8_head_dims", rule(c.fp8_head_dims)},
-          {"tuned_head_dims", c.tuned_head_dims},
+          {"head_dims", c.tuned_head_dims},
+          {"head_dim_rule", rule(c.head_dims)},
+          {"fp8_head_dim_rule", rule(c.fp8_head_dims)},
           {"head_dim_v_may_differ", c.head_dim_v_may_differ},
           {"features", c.features}};
 }

@@ -135,19 +135,27 @@ void resolve_mask(const ForwardArgs& a, CallShape& s) {
                              a.window_right));
   int64_t left = a.window_left;
   int64_t right = a.causal ? 0 : a.window_right;
-  // Query i of a sequence (seqlen_q <= max_seqlen_q, seqlen_k <= max_seqlen_k) sees keys from i + d - left, at most
-  // 0 for every i when left >= max_seqlen_k - 1, to i + d + right, at least seqlen_k - 1 for every i when right >=
-  // max_seqlen_q - 1 (FA3's rule).
-  if (left >= s.max_seqlen_k - 1) left = -1;
+  // Query i of a sequence (seqlen_q <= max_seqlen_q, seqlen_k <= the keys the tensors hold) sees keys from
+  // i + d - left, at most 0 for every i when left >= seqlen_k - 1, to i + d + right, at least seqlen_k - 1 for every
+  // i when right >= max_seqlen_q - 1 (FA3's rule). The left side is judged against the keys the tensors can hold
+  // (s.seqlen_k: the paged capacity, total_k), not the max_seqlen_k hint, which may understate a sequence.
+  if (left >= s.seqlen_k - 1) left = -1;
   if (right >= s.max_seqlen_q - 1) right = -1;
   s.causal = left < 0 && right == 0;
   s.local = !s.causal && (left >= 0 || right >= 0);
   s.window_left = left < 0 ? 0x7fffffff : static_cast<int>(left);
   s.window_right = right < 0 ? 0x7fffffff : static_cast<int>(right);
-  if (!(a.softcap >= 0.0f) || !std::isfinite(a.softcap * kLog2e))
-    bad_argument(fmt::format("argument softcap = {} is not allowed; expected 0 (off) or a positive finite number",
+  // The kernel computes tanh(s * c / softcap_log2) and scales by softcap_log2: both it and its reciprocal must be
+  // normal floats.
+  if (!(a.softcap == 0.0f || (a.softcap >= 1e-30f && a.softcap <= 1e30f)))
+    bad_argument(fmt::format("argument softcap = {} is not allowed; expected 0 (off) or a number in [1e-30, 1e30]",
                              a.softcap));
   s.softcap_log2 = a.softcap * kLog2e;
+  // The kernel's window bounds are int32 sums of a query index, seqlen_k and the clamped sides.
+  if (s.local && s.seqlen_k + s.seqlen_q > 0x7fffffff - 2)
+    bad_argument(fmt::format("a sliding window needs seqlen_k + seqlen_q < 2^31 - 2 (the kernel's int32 window "
+                             "bounds); the call has {} keys (capacity) and {} query rows",
+                             s.seqlen_k, s.seqlen_q));
 }
 
 // Arithmetic checks only: no driver, no allocation, no string on success.
@@ -231,6 +239,10 @@ void check_agrees(const Spec& spec, const ForwardArgs& a, const CallShape& s) {
     if (a.causal != spec.causal)
       bad_argument(fmt::format("argument causal = {} does not match the kernel spec's causal {}", a.causal,
                                spec.causal));
+    if (s.causal && !spec.causal)
+      bad_argument(fmt::format("arguments window_left = {}, window_right = {} are a causal mask; the kernel spec's "
+                               "causal is false (pass causal = true to a causal kernel)",
+                               a.window_left, a.window_right));
     if (s.local)
       bad_argument(fmt::format("arguments window_left = {}, window_right = {} need a kernel with local true; the "
                                "kernel spec's local is false",

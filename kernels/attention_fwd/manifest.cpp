@@ -118,7 +118,9 @@ const int32_t kNotRead[1] = {0};
 // The lengths the calls are described with: longer than any window a model uses, so a window is never dropped as
 // wider than the sequences (launch.cpp: resolve_mask) where a real call would keep it.
 constexpr int64_t kPrefillQueries = int64_t{1} << 16;
+constexpr int64_t kShortPrefillQueries = 8;
 constexpr int64_t kKeys = int64_t{1} << 20;
+constexpr int64_t kFewKeys = 8;
 
 // The shapes of one call of `model`: batch 4, contiguous tensors; q rows `queries` per sequence (packed or dense),
 // keys `keys` per sequence in the given layout.
@@ -209,26 +211,37 @@ std::vector<ManifestKernel> manifest_kernels(const json& manifest) {
       for (int64_t page : pages) {
         const std::string layout = kv == KvLayout::kPaged ? fmt::format("paged {}", page) : kv_name(kv);
         calls.push_back({true, kPrefillQueries, kv, page, fmt::format("prefill ({})", layout)});
+        // A short prefill packs the query heads of a KV head into the M tile (the pack_gqa heuristic).
+        calls.push_back({true, kShortPrefillQueries, kv, page, fmt::format("short prefill ({})", layout)});
         for (int64_t q : model.decode_queries)
           calls.push_back({false, q, kv, page, fmt::format("decode ({} quer{}, {})", q, q == 1 ? "y" : "ies", layout)});
       }
     }
+    // A windowed model's calls over fewer keys than its window run the kernel without one (resolve_mask).
+    const bool windowed = model.window_left >= 0 || (!model.causal && model.window_right >= 0);
+    const std::vector<int64_t> key_counts = windowed ? std::vector<int64_t>{kKeys, kFewKeys}
+                                                     : std::vector<int64_t>{kKeys};
     for (const Call& c : calls) {
-      for (int splits : {1, 2}) {
-        const std::string what = fmt::format("{} {}{}", model.name, c.what, splits > 1 ? ", split" : "");
-        Spec spec;
-        try {
-          ForwardArgs args = call_args(model, c.packed_q, c.queries, c.kv, c.page_size, kKeys);
-          args.num_splits = 0;
-          spec = call_spec(args, splits);
-        } catch (const Error& e) {
-          throw Error(e.code(), fmt::format("manifest {}: {}", what, e.what()));
+      for (int64_t keys : key_counts) {
+        for (int splits : {1, 2}) {
+          const std::string what = fmt::format("{} {}{}{}", model.name, c.what,
+                                               keys == kFewKeys ? ", short context" : "", splits > 1 ? ", split" : "");
+          Spec spec;
+          try {
+            ForwardArgs args = call_args(model, c.packed_q, c.queries, c.kv, c.page_size, keys);
+            args.num_splits = 0;
+            spec = call_spec(args, splits);
+          } catch (const Error& e) {
+            // The call's argument errors are the manifest's: its model names the field.
+            const ErrorCode code = e.code() == ErrorCode::kInvalidArgument ? ErrorCode::kInvalidSpec : e.code();
+            throw Error(code, fmt::format("manifest models[{}] ({}): {}", i, what, e.what()));
+          }
+          add(canonical_json(spec), what);
+          if (spec.split_kv)
+            add(attention_combine::canonical_json(
+                    attention_combine::default_spec(spec.out_dtype, spec.head_dim_v, kMaxSplits)),
+                what + " (combine)");
         }
-        add(canonical_json(spec), what);
-        if (spec.split_kv)
-          add(attention_combine::canonical_json(
-                  attention_combine::default_spec(spec.out_dtype, spec.head_dim_v, kMaxSplits)),
-              what + " (combine)");
       }
     }
   }

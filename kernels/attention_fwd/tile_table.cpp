@@ -183,7 +183,10 @@ KernelConfig derive_config(const Spec& spec) {
   if (spec.fp32_two_level_accum) {
     // The largest column chunk of P.V whose fresh accumulator fits; below the whole of head_dim_v the chunks run
     // one after the other (device/mainloop.cuh).
-    while (config.pv_chunk_n > 64 && estimate(config.pv_chunk_n) > config.consumer_registers) config.pv_chunk_n /= 2;
+    // A chunk stays a multiple of 8 (wgmma's n granule) that divides head_dim_v.
+    while (config.pv_chunk_n > 64 && config.pv_chunk_n % 16 == 0 &&
+           estimate(config.pv_chunk_n) > config.consumer_registers)
+      config.pv_chunk_n /= 2;
   }
   config.estimated_consumer_registers = estimate(config.pv_chunk_n);
 

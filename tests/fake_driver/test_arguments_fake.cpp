@@ -349,6 +349,16 @@ TEST_CASE("window, softcap and sinks pick the variant kernel and reach its param
   ForwardArgs plain = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);
   CHECK_THROWS_WITH(forward(*load_kernel(runtime(), local), plain, nullptr),
                     Contains("argument softcap = 0 does not match the kernel spec's softcap true"));
+  // A window of (-1, 0) is a causal mask: a non-causal kernel must refuse it rather than ignore it.
+  ForwardArgs causal_window = problem(2, 300, 700, 8, 2, 128, /*causal=*/false);
+  causal_window.window_right = 0;
+  CHECK_THROWS_WITH(forward(*load_kernel(runtime(), default_spec(DType::kBf16, 128, 128, false)), causal_window,
+                            nullptr),
+                    Contains("are a causal mask"));
+  // Softcaps whose reciprocal is not a normal float, and windows whose int32 bounds could overflow, are refused.
+  bad = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);
+  bad.softcap = 1e-35f;
+  expect_rejected(bad, ErrorCode::kInvalidArgument, "[1e-30, 1e30]");
 }
 
 TEST_CASE("a size-1 seqlen dimension accepts stride_seq 1", "[fake_driver][launch]") {

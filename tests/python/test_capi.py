@@ -58,9 +58,9 @@ def test_capabilities_json_parses_and_lists_what_the_build_generates():
     assert caps["version"] == fa3jit.version()
     attention = caps["families"]["attention_fwd"]
     assert attention["dtypes"] == ["fp16", "bf16", "e4m3"]
-    assert attention["head_dims"] == {"min": 8, "max": 256, "multiple_of": 8}
-    assert attention["fp8_head_dims"] == {"min": 16, "max": 256, "multiple_of": 16}
-    assert attention["tuned_head_dims"] == [64, 96, 128, 192, 256]
+    assert attention["head_dims"] == [64, 96, 128, 192, 256]
+    assert attention["head_dim_rule"] == {"min": 8, "max": 256, "multiple_of": 8}
+    assert attention["fp8_head_dim_rule"] == {"min": 16, "max": 256, "multiple_of": 16}
     assert attention["head_dim_v_may_differ"] is True
     assert {"causal", "gqa", "mqa", "lse"} <= set(attention["features"])
     assert isinstance(attention["description"], str) and attention["description"]
@@ -85,7 +85,7 @@ def test_capabilities_has_the_documented_shape():
 def test_capabilities_returns_a_new_dict_each_call():
     caps = fa3jit.capabilities()
     caps["families"].clear()
-    assert fa3jit.capabilities()["families"]["attention_fwd"]["tuned_head_dims"] == [64, 96, 128, 192, 256]
+    assert fa3jit.capabilities()["families"]["attention_fwd"]["head_dims"] == [64, 96, 128, 192, 256]
 
 
 # ---- fa3jit_attention_forward argument checks -----------------------------------------------------------

@@ -480,7 +480,9 @@ FA3JIT_API fa3jit_status fa3jit_kernel_get_info(const fa3jit_kernel* kernel, fa3
 /* ---- capabilities -------------------------------------------------------------------------------------- */
 
 /* What this build generates, as JSON: {"abi_version": 2, "version": "...", "families": {"attention_fwd":
- * {"dtypes": [...], "head_dims": [...], "features": [...]}, ...}}. Static storage; never NULL. Lets a serving
+ * {"dtypes": [...], "head_dims": [...] (the tile table's rows), "head_dim_rule": {"min", "max", "multiple_of"}
+ * (every size of the rule is generated; "fp8_head_dim_rule" for e4m3), "head_dim_v_may_differ": true,
+ * "features": [...]}, ...}}. Static storage; never NULL. Lets a serving
  * engine choose a backend without trying calls. */
 FA3JIT_API const char* fa3jit_capabilities_json(void);
 

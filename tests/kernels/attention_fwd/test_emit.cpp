@@ -139,9 +139,9 @@ TEST_CASE("the attention family is registered and reached through the generic se
   const KernelFamily& f = find_family("attention_fwd");
   CHECK(f.kind == "attention_fwd");
   const nlohmann::json caps = f.capabilities();
-  CHECK(caps.at("head_dims") == nlohmann::json{{"min", 8}, {"max", 256}, {"multiple_of", 8}});
-  CHECK(caps.at("fp8_head_dims") == nlohmann::json{{"min", 16}, {"max", 256}, {"multiple_of", 16}});
-  CHECK(caps.at("tuned_head_dims") == nlohmann::json::array({64, 96, 128, 192, 256}));
+  CHECK(caps.at("head_dims") == nlohmann::json::array({64, 96, 128, 192, 256}));
+  CHECK(caps.at("head_dim_rule") == nlohmann::json{{"min", 8}, {"max", 256}, {"multiple_of", 8}});
+  CHECK(caps.at("fp8_head_dim_rule") == nlohmann::json{{"min", 16}, {"max", 256}, {"multiple_of", 16}});
   CHECK(caps.at("head_dim_v_may_differ") == true);
   // A document without "kind" is an attention forward spec; its "problem" section is no part of the kernel.
   const SpecDocument doc = parse_spec_document(

@@ -865,3 +865,18 @@ TEST_CASE("serving layout fields: defaults, combinations and their messages", "[
   CHECK(t.pack_gqa);
   CHECK(t.split_kv);
 }
+
+TEST_CASE("two-level accumulation chunks stay a multiple of 8 that divides head_dim_v", "[spec][fp8]") {
+  for (int dv = 16; dv <= 256; dv += 16) {
+    const std::string json = fmt::format(R"({{"dtype": "e4m3", "head_dim": {}, "fp32_two_level_accum": true,
+        "intra_wg_overlap": false, "pingpong": false, "tile": {{"block_m": 128, "block_n": 64}}}})", dv);
+    INFO(json);
+    try {
+      const af::KernelConfig c = af::make_kernel_config(parse(json));
+      CHECK(c.pv_chunk_n % 8 == 0);
+      CHECK(dv % c.pv_chunk_n == 0);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kInvalidSpec);  // a register budget problem, never a kernel that cannot compile
+    }
+  }
+}

@@ -49,7 +49,7 @@ def main() -> None:
 
     caps = fa3jit.capabilities()
     attention = caps["families"]["attention_fwd"]
-    if caps["abi_version"] != fa3jit.ABI_VERSION or attention["tuned_head_dims"] != [64, 96, 128, 192, 256]:
+    if caps["abi_version"] != fa3jit.ABI_VERSION or attention["head_dims"] != [64, 96, 128, 192, 256]:
         fail(f"unexpected capabilities: {caps}")
 
     # NVRTC is found by the installed library (RUNPATH: the NVRTC wheel, then the toolkit built with) and

@@ -479,9 +479,9 @@ def capabilities() -> Dict[str, Any]:
        "families": {                          # one entry per kernel family (kernels/<kind>/)
          "attention_fwd": {"description": str,
                            "dtypes": ["fp16", "bf16", "e4m3"],
-                           "head_dims": {"min": 8, "max": 256, "multiple_of": 8},      # fp16 / bf16
-                           "fp8_head_dims": {"min": 16, "max": 256, "multiple_of": 16},  # e4m3
-                           "tuned_head_dims": [64, 96, 128, 192, 256],  # tile-table rows; others take the next
+                           "head_dims": [64, 96, 128, 192, 256],  # the tile table's rows
+                           "head_dim_rule": {"min": 8, "max": 256, "multiple_of": 8},  # every size generated
+                           "fp8_head_dim_rule": {"min": 16, "max": 256, "multiple_of": 16},  # e4m3
                            "head_dim_v_may_differ": True,              # e.g. 192 / 128 (DeepSeek MLA prefill)
                            "features": ["causal", "gqa", "mqa", "lse", "strided"]},
          "attention_combine": {"description": str, "out_dtypes": [...], "partial_dtype": "fp32",
