@@ -7,7 +7,8 @@
 #   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench|decode|fp8|host|compare]...   (default: all but compare)
 # Environment: BEFORE_DIR (for compare: a directory holding an older `fa3jit` CLI and its libfa3jit.so),
 # FA3_SITE (a directory on which `import fa3_fwd_interface` works, for FA3 as a peer), GPU_TESTS (the Catch2 tags of
-# the tests stage, default "[gpu]"), PYTEST_PATHS (default tests/python), COMPARE_SPECS (default configs/*.json).
+# the tests stage, default "[gpu]"), PYTEST_PATHS (default tests/python), COMPARE_SPECS (default configs/*.json),
+# SANITIZE_TESTS (the tags of the sanitizer stage).
 set -uo pipefail
 out=${1:?usage: bench/gpu_suite.sh OUT_DIR [tests|tune|bench]...}; shift
 stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench decode fp8 host)
@@ -25,10 +26,11 @@ for stage in "${stages[@]}"; do
       PYTHONPATH=/tmp/fa3jit-py timeout 500 python3 -m pytest -q -p no:cacheprovider ${PYTEST_PATHS:-tests/python} > "$out/pytest.log" 2>&1
       echo "pytest rc=$?: $(tail -1 "$out/pytest.log")" ;;
     sanitizer)
-      # A representative set (tests/gpu/test_sanitize_set.cpp: every attention mainloop variant on odd sizes)
-      # and the combine kernel's GPU tests, under each tool, one process per tool.
+      # A representative set (tests/gpu/test_sanitize_set.cpp and test_serving.cpp's [sanitize] case: every attention
+      # mainloop variant, head dims and variants on odd sizes), the combine kernel's and the FP8 pre-pass's GPU tests
+      # (every kernel family), under each tool, one process per tool; SANITIZE_TESTS overrides the tags.
       for tool in memcheck racecheck synccheck; do
-        timeout 400 compute-sanitizer --tool $tool --print-limit 5 build/fa3jit_tests "[sanitize],[gpu][combine]" > "$out/$tool.log" 2>&1
+        timeout 400 compute-sanitizer --tool $tool --print-limit 5 build/fa3jit_tests "${SANITIZE_TESTS:-[sanitize],[gpu][combine],[gpu][quantize]}" > "$out/$tool.log" 2>&1
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$out/$tool.log" | tr '\n' ' ')"
       done ;;
     tests)
