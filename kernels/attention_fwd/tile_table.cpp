@@ -94,6 +94,9 @@ std::vector<std::string> tile_problems(DType dtype, int head_dim, int head_dim_v
 // which take no more), else with block_n narrowed to the widest that fits (a pair of different rows); no tile fits
 // is a kUnsupported error naming both dims.
 TileDefaults fitted(DType dtype, int head_dim, int head_dim_v, TileDefaults t) {
+  // A row's own equal sizes need no check (every launch classifies its call through here; validate() still checks
+  // the spec when its kernel is made): only sizes between rows and pairs of different dims are narrowed.
+  if (head_dim == head_dim_v && head_dim == tuned_row(head_dim)) return t;
   const int step = dtype == DType::kE4m3 ? 32 : 16;  // the e4m3 V transpose works on 32 keys
   std::vector<std::string> problems = tile_problems(dtype, head_dim, head_dim_v, t);
   while (!problems.empty() && t.block_n > step) {
