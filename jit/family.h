@@ -19,11 +19,14 @@
 namespace fa3jit {
 
 /// What a launch of the kernel needs that does not depend on the call: block size, dynamic shared memory,
-/// thread-block cluster size along x.
+/// thread-block cluster size along x, and whether the kernel begins with griddepcontrol.wait
+/// (hopper/grid_dependency.cuh) before any memory access, so that it is launched with programmatic stream
+/// serialization and may start while the kernel before it on the stream finishes.
 struct LaunchInvariants {
   int num_threads = 0;
   int smem_bytes = 0;
   int cluster_x = 1;
+  bool waits_for_prerequisites = false;
 };
 
 /// Everything the generic layers need to build, cache and load one kernel.

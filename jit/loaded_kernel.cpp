@@ -44,15 +44,22 @@ void launch_kernel(CUfunction function, const LaunchInvariants& launch, unsigned
   config.blockDimZ = 1;
   config.sharedMemBytes = static_cast<unsigned>(launch.smem_bytes);
   config.hStream = stream;
-  CUlaunchAttribute cluster{};
+  CUlaunchAttribute attrs[2]{};
+  unsigned num_attrs = 0;
   if (launch.cluster_x > 1) {
+    CUlaunchAttribute& cluster = attrs[num_attrs++];
     cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     cluster.value.clusterDim.x = static_cast<unsigned>(launch.cluster_x);
     cluster.value.clusterDim.y = 1;
     cluster.value.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
   }
+  if (launch.waits_for_prerequisites) {
+    CUlaunchAttribute& serialization = attrs[num_attrs++];
+    serialization.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    serialization.value.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = num_attrs ? attrs : nullptr;
+  config.numAttrs = num_attrs;
   void* args[] = {params};
   const CUresult r = driver().cuLaunchKernelEx(&config, function, args, nullptr);
   if (r != CUDA_SUCCESS) check_cu(r, what);

@@ -91,7 +91,8 @@ KernelRequest make_request(const Spec& spec) {
   r.canonical = canonical_string(spec);
   r.summary = spec_summary(spec);
   // The LSE table is static shared memory: no dynamic shared memory, no cluster.
-  r.launch = {derive_geometry(spec).num_threads, 0, 1};
+  // combine_splits begins with griddepcontrol.wait: it may be launched while the split kernel finishes.
+  r.launch = {derive_geometry(spec).num_threads, 0, 1, /*waits_for_prerequisites=*/true};
   return r;
 }
 

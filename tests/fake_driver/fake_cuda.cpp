@@ -167,7 +167,10 @@ CUresult fake_cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** par
   r.shared_mem_bytes = c->sharedMemBytes;
   r.cluster_x = 1;
   for (unsigned i = 0; i < c->numAttrs; ++i)
-    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) r.cluster_x = c->attrs[i].value.clusterDim.x;
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      r.cluster_x = c->attrs[i].value.clusterDim.x;
+    else if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+      r.programmatic_serialization = c->attrs[i].value.programmaticStreamSerializationAllowed;
   std::strncpy(r.kernel_name, g_kernel_names[index - 1].c_str(), sizeof(r.kernel_name) - 1);
   r.params_address = reinterpret_cast<uint64_t>(params[0]);
   std::memcpy(r.params, params[0], param_bytes_of(g_kernel_names[index - 1]));

@@ -21,6 +21,7 @@ struct FakeCudaLaunch {
   uint64_t tensor_map_dims[4][4];  // the 4 most recent cuTensorMapEncodeTiled calls before the launch (q, k, v, out)
   uint64_t tensor_map_strides[4][3];  // bytes
   uint32_t tensor_map_box[4][4];
+  unsigned programmatic_serialization;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION's value, 0 without it
 };
 
 /// How many bytes of kernel argument 0 the next launches record (the launched family's sizeof(Params);

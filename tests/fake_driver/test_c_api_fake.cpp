@@ -337,6 +337,41 @@ TEST_CASE("C ABI: callers of the headers before the serving fields launch exactl
   }
 }
 
+TEST_CASE("C ABI: a split call's combine kernel is launched with programmatic stream serialization",
+          "[fake_driver][capi][serving]") {
+  // Decode, GQA 8:1, 4 splits: the attention kernel and then the combine kernel, which begins with
+  // griddepcontrol.wait and so may start while the attention kernel finishes; the attention kernel waits on
+  // nothing and is launched in plain stream order.
+  fa3jit_forward_params p;
+  fa3jit_forward_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.batch = 2, p.seqlen_q = 1, p.seqlen_k = 4000, p.num_heads = 8, p.num_heads_kv = 1, p.head_dim = 128;
+  p.q = tensor(2, 1, 8, 128, 2);
+  p.k = tensor(2, 4000, 1, 128, 2);
+  p.v = tensor(2, 4000, 1, 128, 2);
+  p.out = tensor(2, 1, 8, 128, 2);
+  p.num_splits = 4;
+  size_t bytes = 0;
+  REQUIRE(fa3jit_attention_workspace_size(runtime(), &p, &bytes) == FA3JIT_OK);
+  REQUIRE(bytes > 0);
+  p.workspace = device_alloc(bytes);
+  p.workspace_bytes = bytes;
+  int before = launch_count();
+  INFO(fa3jit_last_error());
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  REQUIRE(launch_count() == before + 2);
+  const FakeCudaLaunch combine = last_launch();
+  CHECK_THAT(std::string(combine.kernel_name), Contains("fa3jit_attention_combine_"));
+  CHECK(combine.programmatic_serialization == 1);
+  p.num_splits = 1;
+  before = launch_count();
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  REQUIRE(launch_count() == before + 1);
+  const FakeCudaLaunch attention = last_launch();
+  CHECK_THAT(std::string(attention.kernel_name), Contains("fa3jit_attention_fwd_"));
+  CHECK(attention.programmatic_serialization == 0);
+}
+
 TEST_CASE("C ABI: out-of-range num_splits and pack_gqa are refused before launching", "[fake_driver][capi][serving]") {
   fa3jit_forward_params p;
   fa3jit_forward_params_init(&p);

@@ -316,6 +316,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  combine.kernel_name);
     FUZZ_REQUIRE(p.workspace != nullptr && inside_allocation(reinterpret_cast<uint64_t>(p.workspace), 1),
                  "a split call launched without a workspace inside an allocation");
+    // The combine kernel waits for the split kernel itself (griddepcontrol.wait), so it is launched with
+    // programmatic stream serialization; the attention kernel never is (it does not wait).
+    FUZZ_REQUIRE(combine.programmatic_serialization == 1, "the combine launch lacks programmatic serialization");
   }
+  FUZZ_REQUIRE(attention.programmatic_serialization == 0, "the attention kernel was launched with programmatic "
+               "serialization");
   return 0;
 }

@@ -6,6 +6,8 @@
 // whose only argument is `const __grid_constant__ Params` (params.h), which calls combine_splits<>.
 //
 // One CTA combines Cfg::kRowsPerCta consecutive rows, Cfg::kLanesPerRow adjacent lanes of one warp per row:
+//   0. it waits for the split kernel that wrote the partials (griddepcontrol.wait: the combine is launched
+//      while that kernel may still run, see hopper/grid_dependency.cuh);
 //   1. the CTA copies the rows' LSEs of every split into a shared-memory table (coalesced: consecutive rows
 //      are adjacent in lse_partial);
 //   2. each row's lanes reduce max_s L_s and sum_s exp(L_s - max) with warp shuffles, write L and replace
@@ -16,6 +18,7 @@
 // head_dim_v x 2.
 #pragma once
 
+#include "hopper/grid_dependency.cuh"
 #include "hopper/types.cuh"
 #include "hopper/wgmma.cuh"  // pack_half2
 #include "kernels/attention_combine/params.h"
@@ -69,6 +72,9 @@ __device__ __forceinline__ void combine_splits(const Params& p) {
   // launch.cpp keeps num_splits in [1, max_splits]; the clamp keeps the table in bounds whatever happens.
   const int num_splits = max(0, min(p.num_splits, Cfg::kMaxSplits));
   const int row0 = static_cast<int>(blockIdx.x) * kRows;
+  // Launched with programmatic stream serialization (LaunchInvariants::waits_for_prerequisites): the split
+  // kernel that writes the partials may still run; nothing below reads or writes memory before this.
+  wait_for_prerequisite_grids();
 
   // ---- 1. stage the LSEs: thread i takes (row i % kRows, split i / kRows), coalesced along rows.
   for (unsigned i = threadIdx.x; i < static_cast<unsigned>(num_splits * kRows); i += Cfg::kNumThreads) {

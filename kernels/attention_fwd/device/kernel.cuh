@@ -25,6 +25,7 @@
 #pragma once
 
 #include "hopper/cluster.cuh"
+#include "hopper/grid_dependency.cuh"
 #include "hopper/warpgroup.cuh"
 #include "kernels/attention_fwd/device/descale.cuh"
 #include "kernels/attention_fwd/device/epilogue.cuh"
@@ -37,6 +38,9 @@ namespace fa3jit::attention_fwd {
 template <class Cfg>
 __device__ __forceinline__ void attention_forward(const Params& params) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // A split kernel's combine kernel is launched behind it with programmatic stream serialization: let it be
+  // scheduled once every CTA here has started (it waits for this grid's completion before reading partials).
+  if constexpr (Cfg::kSplitKv) launch_dependent_grids();
   const SmemLayout<Cfg> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
   const int wg = warpgroup_index();
   using Variant = AttentionVariant<Cfg>;
