@@ -26,6 +26,15 @@ Peers (each skipped with its reason where it cannot run):
   cuDNN F.scaled_dot_product_attention            on (b, h, s, d) contiguous tensors; the CUDNN_ATTENTION
                                                   backend is selected once, outside the timed loop
   torch.cuda._sleep(0)                            launch-only floor: the cheapest Python -> kernel launch
+Serving calls (SERVING: a decode step of batch 8, 32/8 heads, d128, 256 cached keys per sequence), each row
+with its own shapes, so compare them with each other and with the FA3 decode row, not with the rows above:
+  fa3jit flash_attn_with_kvcache, paged           page_size 16, shuffled page table, cache_seqlens tensor,
+                                                  num_splits=0 (the heuristic: split + combine, a workspace
+                                                  allocated per call), and num_splits=1 with out= given
+  fa3jit flash_attn_with_kvcache, contiguous      the dense cache, num_splits=0
+  fa3jit flash_attn_varlen_func                   packed prefill of the batch (cu_seqlens, max_seqlen_* given,
+                                                  causal, out= given)
+  FA3 fa3_fwd_interface.flash_attn_with_kvcache   contiguous cache (the wheel has no paged KV), its defaults
 The C++ side (the same calls made from C++) is bench/host_cost.cpp's job.
 
     python3 bench/host_cost.py --json host_cost_py.json [--fa3-site /tmp/site] [--n 20000] [--rounds 3]
@@ -226,6 +235,55 @@ def other_peers(torch, q, k, v) -> List[Peer]:
     return peers
 
 
+SERVING = {"batch": 8, "seqlen_k": 256, "num_heads": 32, "num_heads_kv": 8, "head_dim": 128, "page_size": 16}
+
+
+def serving_peers(torch, fa3jit, args, device) -> List[Peer]:
+    """The serving entry points on a decode step and a packed prefill (SERVING)."""
+    b, sk, h, hk, d, ps = (SERVING[key] for key in ("batch", "seqlen_k", "num_heads", "num_heads_kv", "head_dim",
+                                                      "page_size"))
+    generator = torch.Generator(device=device).manual_seed(1)
+    bf16 = torch.bfloat16
+    q = torch.randn((b, 1, h, d), dtype=bf16, device=device, generator=generator)
+    out = torch.empty_like(q)
+    k = torch.randn((b, sk, hk, d), dtype=bf16, device=device, generator=generator)
+    v = torch.randn((b, sk, hk, d), dtype=bf16, device=device, generator=generator)
+    seqlens = torch.full((b,), sk, dtype=torch.int32, device=device)
+    pages = b * sk // ps
+    order = torch.randperm(pages, device=device, generator=generator)
+    k_pages = torch.empty((pages, ps, hk, d), dtype=bf16, device=device)
+    v_pages = torch.empty_like(k_pages)
+    k_pages[order] = k.reshape(pages, ps, hk, d)
+    v_pages[order] = v.reshape(pages, ps, hk, d)
+    page_table = order.to(torch.int32).reshape(b, sk // ps).contiguous()
+    q_packed = torch.randn((b * 64, h, d), dtype=bf16, device=device, generator=generator)
+    out_packed = torch.empty_like(q_packed)
+    kv_packed = torch.randn((b * sk, hk, d), dtype=bf16, device=device, generator=generator)
+    cu_q = torch.arange(0, b * 64 + 1, 64, dtype=torch.int32, device=device)
+    cu_k = torch.arange(0, b * sk + 1, sk, dtype=torch.int32, device=device)
+    kvcache = fa3jit.flash_attn_with_kvcache
+    peers = [
+        Peer("serve_paged", "fa3jit flash_attn_with_kvcache, paged, num_splits=0",
+             lambda: kvcache(q, k_pages, v_pages, seqlens, page_table=page_table, causal=True)),
+        Peer("serve_paged_nosplit_out", "fa3jit flash_attn_with_kvcache, paged, num_splits=1, out=o",
+             lambda: kvcache(q, k_pages, v_pages, seqlens, page_table=page_table, causal=True, num_splits=1,
+                             out=out)),
+        Peer("serve_dense", "fa3jit flash_attn_with_kvcache, contiguous, num_splits=0",
+             lambda: kvcache(q, k, v, seqlens, causal=True)),
+        Peer("serve_varlen_out", "fa3jit flash_attn_varlen_func, packed prefill, out=o",
+             lambda: fa3jit.flash_attn_varlen_func(q_packed, kv_packed, kv_packed, cu_q, cu_k, 64, sk, causal=True,
+                                                   num_splits=1, out=out_packed))]
+    try:
+        import fa3_fwd_interface
+        function = fa3_fwd_interface.flash_attn_with_kvcache
+        peers.append(Peer("fa3_kvcache", "FA3 fa3_fwd_interface.flash_attn_with_kvcache, contiguous",
+                          lambda: function(q, k, v, cache_seqlens=seqlens, causal=True)))
+    except Exception as error:
+        peers.append(Peer("fa3_kvcache", "FA3 fa3_fwd_interface.flash_attn_with_kvcache, contiguous",
+                          skipped=f"FA3 not available: {type(error).__name__}: {error}"))
+    return peers
+
+
 def check_outputs(torch, fa3jit, peers: Dict[str, Peer], q, k, v, out) -> Dict[str, float]:
     """max |fa3jit - peer| over the output, so that a timed call is known to compute attention."""
     reference = fa3jit.flash_attn_func(q, k, v).float()
@@ -278,7 +336,7 @@ def main() -> int:
     print(f"fa3jit: first call took {time.perf_counter() - start:.2f} s", flush=True)
 
     peer_list = fa3jit_peers(torch, fa3jit, args, q, k, v, out) + fa3_peers(torch, args, q, k, v, out) + \
-        other_peers(torch, q, k, v)
+        other_peers(torch, q, k, v) + serving_peers(torch, fa3jit, args, device)
     peers = {peer.key: peer for peer in peer_list}
 
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -76,6 +76,9 @@ class Tensor:
     def get_device(self):
         return self.device.index
 
+    def new_empty(self, shape, dtype=None):
+        return _empty(shape, self.dtype if dtype is None else dtype, self.device)
+
     def zero_(self):
         self.filled = 0.0
         return self

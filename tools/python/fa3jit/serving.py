@@ -98,27 +98,29 @@ def _rank(t: Any, name: str, layout: str) -> None:
 
 
 def _index_tensor(t: Any, name: str, layout: str, shape: Tuple[Optional[int], ...]) -> Any:
-    """An int32 index tensor of `shape` (None: any extent) whose last dimension is contiguous."""
+    """An int32 index tensor of `shape` (1 or 2 extents, None: any) whose last dimension is contiguous."""
     t = _tensor(t, name)
     if t.dtype is not _attention._torch.int32:
         raise ValueError(f"{name}.dtype is {t.dtype}; expected torch.int32 {layout}")
     if t.dim() != len(shape):
         raise ValueError(f"{name} must have {len(shape)} dimension{'s' if len(shape) > 1 else ''} {layout}; got "
                          f"shape {tuple(t.shape)}")
-    if any(want is not None and got != want for got, want in zip(t.shape, shape)):
+    got = t.shape
+    if (shape[0] is not None and got[0] != shape[0]) or (len(shape) > 1 and shape[1] is not None and
+                                                         got[1] != shape[1]):
         expected = tuple("*" if want is None else want for want in shape)
         raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {layout} = {expected}".replace("'*'", "*"))
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
+    if got[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name} must be contiguous{' in its last dimension' if len(shape) > 1 else ''}; got "
                          f"strides {tuple(t.stride())}")
     return t
 
 
-def _last_dim_contiguous(**tensors: Any) -> None:
-    for name, t in tensors.items():
-        if t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); got strides "
-                             f"{tuple(t.stride())}")
+def _last_dim_contiguous(t: Any, strides: Tuple[int, ...], name: str) -> None:
+    """`strides` are t.stride(), taken once by the caller."""
+    if strides[-1] != 1 and t.shape[-1] > 1:
+        raise ValueError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); got strides "
+                         f"{tuple(strides)}")
 
 
 def _checked_options(num_splits: Any, pack_gqa: Any) -> Tuple[int, int]:
@@ -132,13 +134,18 @@ def _checked_options(num_splits: Any, pack_gqa: Any) -> Tuple[int, int]:
     return num_splits, 1 if pack_gqa else 0
 
 
-def _check_devices(q: Any, **tensors: Any) -> None:
-    device = q.device
+def _check_devices(q: Any, names: Tuple[str, ...], *tensors: Any) -> None:
+    """q on a CUDA device and each of `tensors` (None: absent) on the same one, named by `names`."""
     if not q.is_cuda:
-        raise ValueError(f"q is on {device}; expected a CUDA tensor")
-    for name, t in tensors.items():
-        if t is not None and t.device != device:
-            raise ValueError(f"{name} is on {t.device}; expected q's device {device}")
+        raise ValueError(f"q is on {q.device}; expected a CUDA tensor")
+    device = q.get_device()
+    for name, t in zip(names, tensors):
+        if t is not None and t.get_device() != device:
+            raise ValueError(f"{name} is on {t.device}; expected q's device {q.device}")
+
+
+_VARLEN_DEVICE_NAMES = ("k", "v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "page_table", "out")
+_KVCACHE_DEVICE_NAMES = ("k_cache", "v_cache", "cu_seqlens_q", "cache_seqlens", "page_table", "out")
 
 
 class _KV:
@@ -193,12 +200,14 @@ def _kv_layout(k: Any, v: Any, names: Tuple[str, str], batch: int, head_dim: int
                          f"{tuple(k.shape[:-1])}")
     kv.num_heads_kv, kv.head_dim_v = k.shape[-2], v.shape[-1]
     kv.seqused_k = None if seqused_k is None else _index_tensor(seqused_k, seqused_name, "(batch,)", (batch,))
-    _last_dim_contiguous(**{kn: k, vn: v})
+    k_strides, v_strides = k.stride(), v.stride()
+    _last_dim_contiguous(k, k_strides, kn)
+    _last_dim_contiguous(v, v_strides, vn)
     # (stride_batch, stride_seq, stride_head) in elements; the batch stride of packed k/v is unused (0).
-    if k.dim() == 4:
-        kv.k_strides, kv.v_strides = tuple(k.stride()[:3]), tuple(v.stride()[:3])
+    if len(k_strides) == 4:
+        kv.k_strides, kv.v_strides = k_strides[:3], v_strides[:3]
     else:
-        kv.k_strides, kv.v_strides = (0,) + tuple(k.stride()[:2]), (0,) + tuple(v.stride()[:2])
+        kv.k_strides, kv.v_strides = (0, *k_strides[:2]), (0, *v_strides[:2])
     return kv
 
 
@@ -260,26 +269,30 @@ def _checked_variant(window_size: Any, softcap: Any, sinks: Any, num_heads: int,
 
 # ---- the call ---------------------------------------------------------------------------------------------
 
-def _run(q: Any, k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch: int,
+def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch: int,
          seqlen_q: int, num_heads: int, head_dim: int, cu_seqlens_q: Any, max_seqlen_q: int, max_seqlen_k: int,
          softmax_scale: Optional[float], causal: bool, num_splits: int, pack_gqa: int, out: Any,
          return_lse: bool, variant: _Variant) -> Any:
     """Allocates or checks out, allocates lse, the workspace when the call splits, and launches; q's shape is
-    (total_q, ...) when varlen_q, else (batch, seqlen_q, ...)."""
+    (total_q, ...) when varlen_q, else (batch, seqlen_q, ...); q_stride is q.stride()."""
     torch = _attention._torch
     scale = 0.0 if softmax_scale is None else _attention._checked_scale(softmax_scale)
-    out_shape = tuple(q.shape[:-1]) + (kv.head_dim_v,)
+    out_shape = (*q.shape[:-1], kv.head_dim_v)
     if out is None:
-        out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+        # new_empty: q's dtype and device without building a torch.device per call.
+        out = q.new_empty(out_shape)
+        row = num_heads * kv.head_dim_v  # contiguous: its strides are known without asking torch
+        o_stride = (row, kv.head_dim_v, 1) if varlen_q else (seqlen_q * row, row, kv.head_dim_v, 1)
     else:
         out = _tensor(out, "out")
-        if tuple(out.shape) != out_shape or out.dtype is not q.dtype or out.device != q.device:
+        if out.shape != out_shape or out.dtype is not q.dtype or out.get_device() != q.get_device():
             raise ValueError(f"out is {out.dtype} {tuple(out.shape)} on {out.device}; expected {q.dtype} "
                              f"{out_shape} on {q.device}")
-        _last_dim_contiguous(out=out)
+        o_stride = out.stride()
+        _last_dim_contiguous(out, o_stride, "out")
     if return_lse:
         lse_shape = (num_heads, seqlen_q) if varlen_q else (batch, num_heads, seqlen_q)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        lse = q.new_empty(lse_shape, dtype=torch.float32)
     else:
         lse = None
     result = (out, lse) if return_lse else out
@@ -297,10 +310,9 @@ def _run(q: Any, k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch
         return result
 
     if varlen_q:
-        q_strides = (0,) + tuple(q.stride()[:2])
-        o_strides = (0,) + tuple(out.stride()[:2])
+        q_strides, o_strides = (0, *q_stride[:2]), (0, *o_stride[:2])
     else:
-        q_strides, o_strides = tuple(q.stride()[:3]), tuple(out.stride()[:3])
+        q_strides, o_strides = q_stride[:3], o_stride[:3]
     try:
         params, address, size, size_ref = _local.params
     except AttributeError:
@@ -328,7 +340,7 @@ def _run(q: Any, k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch
             if size.value:
                 # Kept alive by this frame until the launch is queued; the caching allocator reuses it only in
                 # the order of q's current stream, where the kernels that read it run.
-                workspace = torch.empty(size.value, dtype=torch.uint8, device=q.device)
+                workspace = q.new_empty((size.value,), dtype=torch.uint8)
                 _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), size.value)
         status = _attention._attention_forward(runtime_handle, None, address, _attention._current_stream(device))
     finally:
@@ -387,9 +399,11 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     accepted: it concerns FlashAttention-3's backward pass, and this forward is deterministic.
     """
     function = "flash_attn_varlen_func"
-    _refuse_unsupported(function, seqused_q=seqused_q, qv=qv, q_descale=q_descale, k_descale=k_descale,
-                        v_descale=v_descale, attention_chunk=attention_chunk,
-                        scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+    if not (seqused_q is None and qv is None and q_descale is None and k_descale is None and v_descale is None and
+            scheduler_metadata is None and attention_chunk == 0 and sm_margin == 0):
+        _refuse_unsupported(function, seqused_q=seqused_q, qv=qv, q_descale=q_descale, k_descale=k_descale,
+                            v_descale=v_descale, attention_chunk=attention_chunk,
+                            scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
@@ -407,11 +421,12 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     if kv.page_table is not None and kv.seqused_k is None:
         raise ValueError("seqused_k is None; it is required with page_table: (batch,) torch.int32, the number of "
                          "keys of each sequence")
-    _last_dim_contiguous(q=q)
+    q_stride = q.stride()
+    _last_dim_contiguous(q, q_stride, "q")
     splits, packing = _checked_options(num_splits, pack_gqa)
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
-    _check_devices(q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=kv.cu_seqlens_k, seqused_k=kv.seqused_k,
-                   page_table=kv.page_table, out=None if out is None else _tensor(out, "out"))
+    _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table,
+                   None if out is None else _tensor(out, "out"))
     max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
     if max_seqlen_k is not None:
         max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
@@ -419,7 +434,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
         max_k = _max_length(kv.cu_seqlens_k)
     else:
         max_k = kv.capacity
-    return _run(q, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
+    return _run(q, q_stride, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
                 softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant)
 
 
@@ -468,10 +483,14 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     rotary_interleaved is accepted: it only qualifies rotary_cos / rotary_sin.
     """
     function = "flash_attn_with_kvcache"
-    _refuse_unsupported(function, k=k, v=v, cu_seqlens_k_new=cu_seqlens_k_new, qv=qv, rotary_cos=rotary_cos,
-                        rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens, cache_batch_idx=cache_batch_idx,
-                        cache_leftpad=cache_leftpad, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-                        attention_chunk=attention_chunk, scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+    if not (k is None and v is None and cu_seqlens_k_new is None and qv is None and rotary_cos is None and
+            rotary_sin is None and rotary_seqlens is None and cache_batch_idx is None and cache_leftpad is None and
+            q_descale is None and k_descale is None and v_descale is None and scheduler_metadata is None and
+            attention_chunk == 0 and sm_margin == 0):
+        _refuse_unsupported(function, k=k, v=v, cu_seqlens_k_new=cu_seqlens_k_new, qv=qv, rotary_cos=rotary_cos,
+                            rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens, cache_batch_idx=cache_batch_idx,
+                            cache_leftpad=cache_leftpad, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                            attention_chunk=attention_chunk, scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
     torch = _attention._torch
@@ -502,17 +521,18 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
         if not 0 <= fill_seqlens <= kv.capacity:
             raise ValueError(f"cache_seqlens is {fill_seqlens}; expected 0 to the cache's capacity {kv.capacity} "
                              f"(keys per sequence)")
-    _last_dim_contiguous(q=q)
+    q_stride = q.stride()
+    _last_dim_contiguous(q, q_stride, "q")
     splits, packing = _checked_options(num_splits, pack_gqa)
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
-    _check_devices(q, k_cache=k_cache, v_cache=v_cache, cu_seqlens_q=cu_q, cache_seqlens=kv.seqused_k,
-                   page_table=kv.page_table, out=None if out is None else _tensor(out, "out"))
+    _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table,
+                   None if out is None else _tensor(out, "out"))
     if fill_seqlens is not None:
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
     if varlen_q:
         max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
     else:
         max_q = seqlen_q
-    return _run(q, k_cache, v_cache, kv, dtype_code, varlen_q, batch, seqlen_q, num_heads, head_dim,
+    return _run(q, q_stride, k_cache, v_cache, kv, dtype_code, varlen_q, batch, seqlen_q, num_heads, head_dim,
                 cu_q, max_q, kv.capacity, softmax_scale, causal, splits, packing, out,
                 return_lse or return_softmax_lse, variant)
