@@ -84,6 +84,7 @@ Loaded load() {
   FA3JIT_RESOLVE(cuMemsetD8);
   FA3JIT_RESOLVE(cuMemsetD32Async);
   FA3JIT_RESOLVE(cuStreamSynchronize);
+  FA3JIT_RESOLVE(cuStreamIsCapturing);
   FA3JIT_RESOLVE(cuStreamCreate);
   FA3JIT_RESOLVE(cuStreamDestroy);
   FA3JIT_RESOLVE(cuCtxSynchronize);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "jit/driver.h"
 #include "kernels/attention_fwd/emit.h"
+#include "kernels/attention_fwd/index_check.h"
 #include "kernels/attention_fwd/scheduler.h"
 #include "kernels/attention_combine/launch.h"
 
@@ -771,7 +772,8 @@ LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* s
 }
 
 void forward(Runtime& runtime, const ForwardArgs& args, void* stream) {
-  LaunchPlan plan = prepare_launch(runtime, args, stream);
+  LaunchPlan plan = prepare_launch(runtime, args, stream);  // the index tensors' allocations are checked here
+  if (index_check_enabled()) check_index_values(args, stream);
   launch(plan);
 }
 
@@ -785,6 +787,7 @@ Spec call_spec(const ForwardArgs& args, int num_splits) {
 
 void forward(const Kernel& kernel, const ForwardArgs& args, void* stream) {
   LaunchPlan plan = prepare_launch(kernel, args, stream);
+  if (index_check_enabled()) check_index_values(args, stream);
   launch(plan);
 }
 

@@ -77,7 +77,9 @@ struct ForwardArgs {
   // ---- serving layouts (FlashAttention-3's flash_attn_varlen_func / flash_attn_with_kvcache) ----
   // Every pointer below is an int32 device tensor that only the GPU reads: the kernel clamps its values into the
   // tensors given (a length past its tensor, a page index outside [0, num_pages)), so no value can make it read or
-  // write outside them; a wrong value gives a wrong answer for its own sequence only.
+  // write outside them; a wrong value gives a wrong answer for its own sequence only. To find such a value, set
+  // FA3JIT_CHECK_INDICES=1 (or call check_index_values, index_check.h): every call then synchronises, reads the
+  // tensors on the host and fails with the first bad value named (debugging only; not under graph capture).
   /// (batch + 1) offsets, non-decreasing, cu_seqlens_q[batch] <= seqlen_q: q and out are packed, seqlen_q is the
   /// total number of query rows (total_q), q.stride_batch and out.stride_batch are unused, lse is (num_heads,
   /// total_q). Sequence b has rows [cu_seqlens_q[b], cu_seqlens_q[b+1]). Rows of no sequence (padding past

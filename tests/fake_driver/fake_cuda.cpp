@@ -130,6 +130,10 @@ CUresult fake_cuStreamGetCtx(CUstream, CUcontext* c, CUgreenCtx* green) {
 }
 CUresult fake_cuCtxSynchronize(CUcontext) { return CUDA_SUCCESS; }
 CUresult fake_cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+CUresult fake_cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
 CUresult fake_cuStreamCreate(CUstream* s, unsigned int) {
   *s = reinterpret_cast<CUstream>(0x5e);
   return CUDA_SUCCESS;
@@ -302,7 +306,7 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
       FAKE_ENTRY(cuKernelGetFunction), FAKE_ENTRY(cuFuncSetAttribute), FAKE_ENTRY(cuFuncGetAttribute),
       FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuTensorMapEncodeTiled), FAKE_ENTRY(cuPointerGetAttribute), FAKE_ENTRY(cuPointerGetAttributes),
       FAKE_ENTRY(cuMemAlloc), FAKE_ENTRY(cuMemFree), FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoH),
-      FAKE_ENTRY(cuMemsetD8), FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamDestroy), FAKE_ENTRY(cuCtxSynchronize),
+      FAKE_ENTRY(cuMemsetD8), FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamIsCapturing), FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamDestroy), FAKE_ENTRY(cuCtxSynchronize),
       FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventRecord), FAKE_ENTRY(cuEventSynchronize),
       FAKE_ENTRY(cuEventElapsedTime), FAKE_ENTRY(cuEventDestroy)};
 #undef FAKE_ENTRY

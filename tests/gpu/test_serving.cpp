@@ -14,7 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "gpu_test.h"
+#include "kernels/attention_fwd/index_check.h"
+#include "testing/device_memory.h"
 #include "testing/serving_problem.h"
 
 using namespace fa3jit;
@@ -393,4 +397,68 @@ TEST_CASE("serving arguments the host refuses are errors naming the argument", "
   paged.num_splits = 2;
   CHECK(run_case(paged, 4));
   CHECK(run_case(varlen, 5));
+}
+
+TEST_CASE("the index check (FA3JIT_CHECK_INDICES) names the first bad page index, length or offset",
+          "[gpu][serving][arguments]") {
+  if (!have_gpu()) return;
+  ServingShape paged;
+  paged.num_heads = 8, paged.num_heads_kv = 2, paged.causal = true, paged.packed_q = false, paged.kv = KvLayout::kPaged;
+  paged.page_size = 16;
+  paged.seqlens_q = {1, 1, 1};
+  paged.seqlens_k = {300, 100, 250};
+  ServingProblem p(paged, 6);
+  ForwardArgs a = p.args();
+  check_index_values(a, nullptr);  // the problem's own tensors hold
+
+  // Sequence 1's third page (keys 32..47 of its 100) points past the pool.
+  const size_t table_count = static_cast<size_t>((a.batch - 1) * a.page_table_stride + a.max_pages);
+  std::vector<int32_t> table(table_count);
+  check_cu(driver().cuMemcpyDtoH(table.data(), reinterpret_cast<CUdeviceptr>(a.page_table), table_count * 4),
+           "cuMemcpyDtoH");
+  table[static_cast<size_t>(a.page_table_stride) + 2] = static_cast<int32_t>(a.num_pages + 5);
+  testing::DeviceBuffer bad_table(table_count * 4);
+  bad_table.upload(table.data(), table_count * 4);
+  ForwardArgs bad = a;
+  bad.page_table = reinterpret_cast<const int32_t*>(bad_table.get());
+  try {
+    check_index_values(bad, nullptr);
+    FAIL("a page index past num_pages passed the index check");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(e.what(), Catch::Contains(fmt::format("page_table[1, 2] = {} is outside [0, num_pages = {})",
+                                                     a.num_pages + 5, a.num_pages)));
+  }
+
+  // A length above the sequence's capacity.
+  const std::vector<int32_t> used = {300, static_cast<int32_t>(a.max_pages * a.page_size + 1), 250};
+  testing::DeviceBuffer bad_used(used.size() * 4);
+  bad_used.upload(used.data(), used.size() * 4);
+  bad = a;
+  bad.seqused_k = reinterpret_cast<const int32_t*>(bad_used.get());
+  try {
+    check_index_values(bad, nullptr);
+    FAIL("seqused_k above max_pages x page_size passed the index check");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("seqused_k[1] = " + std::to_string(used[1])));
+  }
+
+  // Packed q whose offsets go down.
+  ServingShape varlen;
+  varlen.seqlens_q = {5, 9, 4};
+  varlen.seqlens_k = {5, 9, 4};
+  ServingProblem v(varlen, 7);
+  a = v.args();
+  check_index_values(a, nullptr);
+  const std::vector<int32_t> offsets = {0, 5, 3, 18};
+  testing::DeviceBuffer bad_offsets(offsets.size() * 4);
+  bad_offsets.upload(offsets.data(), offsets.size() * 4);
+  bad = a;
+  bad.cu_seqlens_q = reinterpret_cast<const int32_t*>(bad_offsets.get());
+  try {
+    check_index_values(bad, nullptr);
+    FAIL("decreasing cu_seqlens_q passed the index check");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("cu_seqlens_q[2] = 3 is below cu_seqlens_q[1] = 5"));
+  }
 }
