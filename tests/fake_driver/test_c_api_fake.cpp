@@ -16,6 +16,7 @@
 
 #include "fa3jit/fa3jit.h"
 #include "fake_cuda.h"
+#include "kernels/attention_combine/params.h"
 #include "kernels/attention_fwd/emit.h"
 #include "kernels/attention_fwd/launch.h"
 #include "kernels/quantize_fp8/emit.h"
@@ -48,6 +49,11 @@ const Fake& fake() {
     REQUIRE(r.alloc != nullptr);
     REQUIRE(set_param_bytes != nullptr);
     set_param_bytes(sizeof(Params));
+    // A split call's second launch is the combine kernel, whose Params is its own (and smaller).
+    auto set_param_bytes_for =
+        reinterpret_cast<void (*)(const char*, uint64_t)>(dlsym(handle, "fake_cuda_set_param_bytes_for"));
+    REQUIRE(set_param_bytes_for != nullptr);
+    set_param_bytes_for("fa3jit_attention_combine", sizeof(fa3jit::attention_combine::Params));
     return r;
   }();
   return f;
