@@ -9,8 +9,9 @@ What an engine does per layer, with fa3jit's FlashAttention-3 entry points:
      the paged cache (page_table, cache_seqlens, split-KV by the heuristic), replayed from a CUDA graph captured
      once per batch size; sequences finish at different steps, so the batch shrinks and the graph of the next
      size up runs with zero-length padding sequences (their rows come out as 0).
-Every step is checked against a float32 reference computed from the same cache (the K/V of each sequence
-gathered through its page table): the largest error must stay below --tolerance. At the end it prints the decode
+Every --check-every-th step (every step once one sequence is left) is checked against a float32 reference
+computed from the same cache (the K/V of each sequence gathered through its page table), and so is the prefill:
+the largest error must stay below --tolerance. At the end it prints the decode
 steps' attention throughput (tokens/s of one layer) and the K+V bandwidth the decode kernels read at.
 
     FA3JIT_LIBRARY=build/libfa3jit.so PYTHONPATH=tools/python python3 examples/serving_llama.py [--steps 256]

@@ -89,9 +89,16 @@ std::string first_bad_index(const ForwardArgs& a, const IndexValues& v) {
 void check_index_values(const ForwardArgs& a, void* stream) {
   if (a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && a.seqused_k == nullptr && a.page_table == nullptr)
     return;
-  if (a.batch < 0 || a.batch > 0x7fffffff || (a.page_table != nullptr && (a.max_pages < 0 || a.page_table_stride < 0)))
-    bad_argument(fmt::format("index check: argument batch = {} / max_pages = {} / page_table_stride = {} out of range",
-                             a.batch, a.max_pages, a.page_table_stride));
+  // The extents the copies and first_bad_index use (forward() checks these and more before it calls here).
+  if (a.batch < 0 || a.batch > 0x7fffffff)
+    bad_argument(fmt::format("index check: argument batch = {} is out of range; expected [0, 2^31)", a.batch));
+  if (a.page_table != nullptr &&
+      (a.page_size < 1 || a.page_size > 0x7fffffff || a.max_pages < 0 || a.max_pages > 0x7fffffff ||
+       a.num_pages < 0 || a.page_table_stride < a.max_pages || a.page_table_stride > 0x7fffffff))
+    bad_argument(fmt::format("index check: arguments page_size = {}, max_pages = {}, num_pages = {}, "
+                             "page_table_stride = {} are out of range; expected page_size in [1, 2^31), max_pages and "
+                             "num_pages >= 0, page_table_stride in [max_pages, 2^31)",
+                             a.page_size, a.max_pages, a.num_pages, a.page_table_stride));
   const Driver& d = driver();
   const CallDevice device = call_device(a.q.data, "q.data", "q");
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -31,8 +31,9 @@ std::string first_bad_index(const ForwardArgs& a, const IndexValues& v);
 
 /// Synchronises `stream`, copies the call's index tensors to the host and throws Error(kInvalidArgument) with
 /// first_bad_index's message (prefixed "index check: "); returns when every value holds or the call has no index
-/// tensor. Error(kInvalidArgument) on a stream that is capturing a CUDA graph (it cannot synchronise there), and
-/// the host checks' errors of forward() first.
+/// tensor. Error(kInvalidArgument) on a stream that is capturing a CUDA graph (it cannot synchronise there), for
+/// extents out of range (batch, page_size, max_pages, num_pages, page_table_stride) and for an index tensor that
+/// does not lie inside its device allocation. forward() calls it after its own host checks, for calls that launch.
 void check_index_values(const ForwardArgs& a, void* stream);
 
 /// True when the environment variable FA3JIT_CHECK_INDICES is set to anything but "" or "0" (read once per

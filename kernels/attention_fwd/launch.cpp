@@ -772,8 +772,8 @@ LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* s
 }
 
 void forward(Runtime& runtime, const ForwardArgs& args, void* stream) {
-  LaunchPlan plan = prepare_launch(runtime, args, stream);  // the index tensors' allocations are checked here
-  if (index_check_enabled()) check_index_values(args, stream);
+  LaunchPlan plan = prepare_launch(runtime, args, stream);
+  if (plan.grid != 0 && index_check_enabled()) check_index_values(args, stream);  // only calls that launch
   launch(plan);
 }
 
@@ -787,7 +787,7 @@ Spec call_spec(const ForwardArgs& args, int num_splits) {
 
 void forward(const Kernel& kernel, const ForwardArgs& args, void* stream) {
   LaunchPlan plan = prepare_launch(kernel, args, stream);
-  if (index_check_enabled()) check_index_values(args, stream);
+  if (plan.grid != 0 && index_check_enabled()) check_index_values(args, stream);  // only calls that launch
   launch(plan);
 }
 

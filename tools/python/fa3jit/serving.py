@@ -142,7 +142,7 @@ def _check_devices(q: Any, names: Tuple[str, ...], *tensors: Any) -> None:
         raise ValueError(f"q is on {q.device}; expected a CUDA tensor")
     device = q.get_device()
     for name, t in zip(names, tensors):
-        if t is not None and t.get_device() != device:
+        if t is not None and (t.get_device() != device or not t.is_cuda):
             raise ValueError(f"{name} is on {t.device}; expected q's device {q.device}")
 
 
@@ -287,7 +287,8 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
         o_stride = (row, kv.head_dim_v, 1) if varlen_q else (seqlen_q * row, row, kv.head_dim_v, 1)
     else:
         out = _tensor(out, "out")
-        if out.shape != out_shape or out.dtype is not q.dtype or out.get_device() != q.get_device():
+        if out.shape != out_shape or out.dtype is not q.dtype or out.get_device() != q.get_device() or \
+                not out.is_cuda:
             raise ValueError(f"out is {out.dtype} {tuple(out.shape)} on {out.device}; expected {q.dtype} "
                              f"{out_shape} on {q.device}")
         o_stride = out.stride()
