@@ -399,6 +399,29 @@ TEST_CASE("serving arguments the host refuses are errors naming the argument", "
   CHECK(run_case(varlen, 5));
 }
 
+namespace {
+
+// `values` in a device buffer of int32, as an index tensor.
+testing::DeviceBuffer int32_tensor(const std::vector<int32_t>& values) {
+  testing::DeviceBuffer buffer(values.size() * sizeof(int32_t));
+  buffer.upload(values.data(), values.size() * sizeof(int32_t));
+  return buffer;
+}
+
+// check_index_values(a) must throw Error(kInvalidArgument) whose message contains `fragment`.
+void expect_index_error(const ForwardArgs& a, const std::string& fragment) {
+  try {
+    check_index_values(a, nullptr);
+    FAIL("the index check accepted the call; expected an error containing: " << fragment);
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    CHECK(std::string(e.what()).find(fragment) != std::string::npos);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("the index check (FA3JIT_CHECK_INDICES) names the first bad page index, length or offset",
           "[gpu][serving][arguments]") {
   if (!have_gpu()) return;
@@ -417,31 +440,18 @@ TEST_CASE("the index check (FA3JIT_CHECK_INDICES) names the first bad page index
   check_cu(driver().cuMemcpyDtoH(table.data(), reinterpret_cast<CUdeviceptr>(a.page_table), table_count * 4),
            "cuMemcpyDtoH");
   table[static_cast<size_t>(a.page_table_stride) + 2] = static_cast<int32_t>(a.num_pages + 5);
-  testing::DeviceBuffer bad_table(table_count * 4);
-  bad_table.upload(table.data(), table_count * 4);
+  const testing::DeviceBuffer bad_table = int32_tensor(table);
   ForwardArgs bad = a;
   bad.page_table = reinterpret_cast<const int32_t*>(bad_table.get());
-  try {
-    check_index_values(bad, nullptr);
-    FAIL("a page index past num_pages passed the index check");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::kInvalidArgument);
-    CHECK_THAT(e.what(), Catch::Contains(fmt::format("page_table[1, 2] = {} is outside [0, num_pages = {})",
-                                                     a.num_pages + 5, a.num_pages)));
-  }
+  expect_index_error(bad, fmt::format("page_table[1, 2] = {} is outside [0, num_pages = {})", a.num_pages + 5,
+                                      a.num_pages));
 
   // A length above the sequence's capacity.
-  const std::vector<int32_t> used = {300, static_cast<int32_t>(a.max_pages * a.page_size + 1), 250};
-  testing::DeviceBuffer bad_used(used.size() * 4);
-  bad_used.upload(used.data(), used.size() * 4);
+  const int32_t too_long = static_cast<int32_t>(a.max_pages * a.page_size + 1);
+  const testing::DeviceBuffer bad_used = int32_tensor({300, too_long, 250});
   bad = a;
   bad.seqused_k = reinterpret_cast<const int32_t*>(bad_used.get());
-  try {
-    check_index_values(bad, nullptr);
-    FAIL("seqused_k above max_pages x page_size passed the index check");
-  } catch (const Error& e) {
-    CHECK_THAT(e.what(), Catch::Contains("seqused_k[1] = " + std::to_string(used[1])));
-  }
+  expect_index_error(bad, "seqused_k[1] = " + std::to_string(too_long));
 
   // Packed q whose offsets go down.
   ServingShape varlen;
@@ -450,15 +460,8 @@ TEST_CASE("the index check (FA3JIT_CHECK_INDICES) names the first bad page index
   ServingProblem v(varlen, 7);
   a = v.args();
   check_index_values(a, nullptr);
-  const std::vector<int32_t> offsets = {0, 5, 3, 18};
-  testing::DeviceBuffer bad_offsets(offsets.size() * 4);
-  bad_offsets.upload(offsets.data(), offsets.size() * 4);
+  const testing::DeviceBuffer bad_offsets = int32_tensor({0, 5, 3, 18});
   bad = a;
   bad.cu_seqlens_q = reinterpret_cast<const int32_t*>(bad_offsets.get());
-  try {
-    check_index_values(bad, nullptr);
-    FAIL("decreasing cu_seqlens_q passed the index check");
-  } catch (const Error& e) {
-    CHECK_THAT(e.what(), Catch::Contains("cu_seqlens_q[2] = 3 is below cu_seqlens_q[1] = 5"));
-  }
+  expect_index_error(bad, "cu_seqlens_q[2] = 3 is below cu_seqlens_q[1] = 5");
 }
