@@ -4,7 +4,7 @@
 # and a before/after comparison of every config against another build. Prints a short summary per stage;
 # full logs go to OUT_DIR.
 # Usage (on the GPU machine, from the repository root, with a build in ./build):
-#   bench/gpu_suite.sh OUT_DIR [run|tests|pytest|sanitizer|tune|bench|decode|fp8|host|compare]...   (default: all but compare)
+#   bench/gpu_suite.sh OUT_DIR [run|checks|tests|pytest|sanitizer|tune|bench|decode|fp8|host|compare]...   (default: all but compare)
 # Environment: BEFORE_DIR (for compare: a directory holding an older `fa3jit` CLI and its libfa3jit.so),
 # FA3_SITE (a directory on which `import fa3_fwd_interface` works, for FA3 as a peer), GPU_TESTS (the Catch2 tags of
 # the tests stage, default "[gpu]"), PYTEST_PATHS (default tests/python), COMPARE_SPECS (default configs/*.json),
@@ -33,6 +33,32 @@ for stage in "${stages[@]}"; do
         timeout 400 compute-sanitizer --tool $tool --print-limit 5 build/fa3jit_tests "${SANITIZE_TESTS:-[sanitize],[gpu][combine],[gpu][quantize]}" > "$out/$tool.log" 2>&1
         echo "$tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$out/$tool.log" | tr '\n' ' ')"
       done ;;
+    checks)
+      # The project's standing check in one call: the [gpu] tests in five shards (their union is every [gpu] test
+      # case, none twice), pytest and the three sanitizer tools, all at once (kernel compilation is per-process and
+      # CPU-bound, the GPU mostly idle), then a summary line each. CHECK_TIMEOUT caps each process (default 520 s).
+      t=${CHECK_TIMEOUT:-520}; pids=()
+      shards=("[gpu][forward]~[head_dims]" "[gpu][fp8]" "[gpu][head_dims]" "[gpu][serving],[gpu][combine]"
+              "[gpu][determinism],[gpu][cases],[gpu][arguments]~[serving],[gpu][quantize],[gpu][sanitize]~[serving]")
+      for i in "${!shards[@]}"; do
+        timeout "$t" build/fa3jit_tests "${shards[$i]}" > "$out/gpu_tests_$i.log" 2>&1 & pids+=($!)
+      done
+      for tool in memcheck racecheck synccheck; do
+        timeout "$t" compute-sanitizer --tool $tool --print-limit 5 build/fa3jit_tests \
+          "${SANITIZE_TESTS:-[sanitize],[gpu][combine],[gpu][quantize]}" > "$out/$tool.log" 2>&1 & pids+=($!)
+      done
+      (python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/fa3jit-py tools/python > "$out/pip.log" 2>&1
+       PYTHONPATH=/tmp/fa3jit-py:$PYTHONPATH timeout "$t" python3 -m pytest -q -p no:cacheprovider ${PYTEST_PATHS:-tests/python} \
+         > "$out/pytest.log" 2>&1) & pids+=($!)
+      rcs=(); for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
+      for i in "${!shards[@]}"; do
+        echo "gpu tests ${shards[$i]} rc=${rcs[$i]}: $(grep -E '^(e4m3 )?forward matrix|head dims matrix|batches passed|bit for bit' "$out/gpu_tests_$i.log" | tr '\n' ' ' | cut -c1-400) | $(tail -2 "$out/gpu_tests_$i.log" | tr '\n' ' ')"
+      done
+      j=${#shards[@]}
+      for tool in memcheck racecheck synccheck; do
+        echo "$tool rc=${rcs[$j]}: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$out/$tool.log" | tr '\n' ' ')"; j=$((j + 1))
+      done
+      echo "pytest rc=${rcs[$j]}: $(tail -1 "$out/pytest.log")" ;;
     tests)
       timeout 700 build/fa3jit_tests "${GPU_TESTS:-[gpu]}" > "$out/gpu_tests.log" 2>&1
       echo "gpu tests ${GPU_TESTS:-[gpu]} rc=$?: $(grep -E '^(e4m3 )?forward matrix|batches passed|bit for bit' "$out/gpu_tests.log" | tr '\n' ' ') | $(tail -2 "$out/gpu_tests.log" | tr '\n' ' ')" ;;

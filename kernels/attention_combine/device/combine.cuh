@@ -27,10 +27,12 @@ namespace fa3jit::attention_combine {
 
 __device__ __forceinline__ float combine_neg_inf() { return -__int_as_float(0x7f800000); }
 
-/// 16 bytes of fp32 partial output. Read once per launch: the non-coherent path without L1 allocation
-/// (the kernel never writes what it reads: launch.cpp rejects overlaps).
+/// 16 bytes of fp32 partial output, read once per launch and cached in L2 only (.cg). Not the non-coherent
+/// path: the split kernel that writes these may still be running when this grid starts (programmatic dependent
+/// launch); the coherent path after griddepcontrol.wait sees its writes (PTX ISA: ld .nc is for data read-only
+/// for the whole kernel). volatile: never hoisted above the wait.
 __device__ __forceinline__ void load_partial4(const float* ptr, float (&v)[4]) {
-  asm("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
       : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
       : "l"(ptr));
 }
