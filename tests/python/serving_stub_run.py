@@ -43,6 +43,9 @@ class Device:
     def __eq__(self, other):
         return (self.type, self.index) == (other.type, other.index)
 
+    def __hash__(self):
+        return hash((self.type, self.index))
+
     def __repr__(self):
         return self.type if self.index is None else f"{self.type}:{self.index}"
 
@@ -69,6 +72,9 @@ class Tensor:
 
     def dim(self):
         return len(self.shape)
+
+    def numel(self):
+        return math.prod(self.shape)
 
     def data_ptr(self):
         return self._ptr
@@ -103,6 +109,7 @@ def _full(shape, value, dtype, device):
 torch.Tensor = Tensor
 torch.empty = _empty
 torch.full = _full
+torch.ones = lambda shape, dtype, device: _full(shape, 1.0, dtype, device)
 torch.contiguous_format = object()
 torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151)
 torch.cuda = types.SimpleNamespace(device_count=lambda: 1)
@@ -305,9 +312,17 @@ expect(ValueError, ["v has shape", "must equal k's"], varlen, q, k, Tensor((tota
 expect(ValueError, ["k_cache has shape", "batch = 3"], kvcache, qd, Tensor((2, 1000, heads_kv, d), bf),
        Tensor((2, 1000, heads_kv, d), bf))
 expect(ValueError, ["k.dtype is torch.float16 but q.dtype is torch.bfloat16"], varlen, q,
+       Tensor((total_k, heads_kv, d), torch.float16), Tensor((total_k, heads_kv, d), torch.float16), cu_q, cu_k)
+expect(ValueError, ["v.dtype is torch.bfloat16 but k.dtype is torch.float16"], varlen, q,
        Tensor((total_k, heads_kv, d), torch.float16), v, cu_q, cu_k)
-expect(ValueError, ["q.dtype is torch.float8_e4m3fn", "flash_attn_func"], varlen,
+expect(ValueError, ["q.dtype is torch.float8_e4m3fn", "needs a torch.float8_e4m3fn k and v"], varlen,
        Tensor((total_q, heads, d), torch.float8_e4m3fn), k, v, cu_q, cu_k)
+expect(ValueError, ["q.dtype is torch.float32", "with a torch.float8_e4m3fn k_cache"], kvcache,
+       Tensor((batch, 1, heads, d), torch.float32), Tensor((batch, 1000, heads_kv, d), torch.float8_e4m3fn),
+       Tensor((batch, 1000, heads_kv, d), torch.float8_e4m3fn))
+# Descales belong to an FP8 cache.
+expect(ValueError, ["q_descale is given but k.dtype is torch.bfloat16", "float8_e4m3fn cache"], varlen, q, k, v,
+       cu_q, cu_k, q_descale=Tensor((batch, heads_kv), torch.float32))
 expect(ValueError, ["num_splits is -1"], varlen, q, k, v, cu_q, cu_k, num_splits=-1)
 expect(ValueError, ["pack_gqa is 2"], kvcache, qd, kc, vc, pack_gqa=2)
 expect(ValueError, ["max_seqlen_q is -3"], varlen, q, k, v, cu_q, cu_k, max_seqlen_q=-3)
@@ -323,13 +338,12 @@ expect(TypeError, ["q: expected a torch.Tensor"], varlen, [1, 2], k, v, cu_q, cu
 
 # FlashAttention-3 arguments fa3jit does not implement yet: NotImplementedError naming each, never ignored.
 for kwargs in (dict(scheduler_metadata=Tensor((4,), i32)), dict(seqused_q=used), dict(qv=q),
-               dict(q_descale=Tensor((batch, heads_kv), torch.float32)), dict(attention_chunk=512),
-               dict(sm_margin=4)):
+               dict(attention_chunk=512), dict(sm_margin=4)):
     (name,) = kwargs
     expect(NotImplementedError, [f"{name}=", "not supported by fa3jit"], varlen, q, k, v, cu_q, cu_k, **kwargs)
 for kwargs in (dict(k=qd, v=qd), dict(rotary_cos=Tensor((1000, 64), bf), rotary_sin=Tensor((1000, 64), bf)),
                dict(cache_batch_idx=used), dict(cache_leftpad=used), dict(scheduler_metadata=Tensor((4,), i32)),
-               dict(rotary_seqlens=used), dict(cu_seqlens_k_new=cu_k), dict(v_descale=Tensor((1,), torch.float32))):
+               dict(rotary_seqlens=used), dict(cu_seqlens_k_new=cu_k)):
     name = next(iter(kwargs))
     expect(NotImplementedError, [f"{name}=", "not supported by fa3jit"], kvcache, qd, kc, vc, **kwargs)
 fa3jit.flash_attn_with_kvcache(qd, kc, vc, window_size=(-1, -1), rotary_interleaved=False, num_splits=1)
@@ -339,5 +353,40 @@ expect(ValueError, ["window_size[0] is -2"], kvcache, qd, kc, vc, window_size=(-
 expect(ValueError, ["sinks is torch.float32 (4,)", "(num_heads,) = (8,)"], kvcache, qd, kc, vc,
        sinks=Tensor((4,), torch.float32))
 expect(ValueError, ["sinks is on cuda:1"], kvcache, qd, kc, vc, sinks=Tensor((heads,), torch.float32, "cuda:1"))
+
+# ---- FP8 KV cache ----------------------------------------------------------------------------------------------
+
+# e4m3 q over an e4m3 paged cache: per_head descales reach the struct with their strides (a (batch, num_heads_kv)
+# tensor, a stride-0 view over the batch, one element), out is bf16, the kernel dtype e4m3.
+e4m3, f32 = torch.float8_e4m3fn, torch.float32
+q8 = Tensor((batch, 1, heads, d), e4m3)
+kp8, vp8 = Tensor((pages, page_size, heads_kv, d), e4m3), Tensor((pages, page_size, heads_kv, d), e4m3)
+q_scale = Tensor((batch, heads_kv), f32, strides=(0, 1))
+k_scale, v_scale = Tensor((batch, heads_kv), f32), Tensor((), f32)
+out8 = fa3jit.flash_attn_with_kvcache(q8, kp8, vp8, used, table, num_splits=1, q_descale=q_scale,
+                                      k_descale=k_scale, v_descale=v_scale)
+p = last_call()
+assert out8.dtype is bf and out8.shape == (batch, 1, heads, d) and p.out.data == out8.data_ptr()
+assert (p.dtype, p.out_dtype, p.quant) == (_capi.DTYPE_E4M3, _capi.DTYPE_BF16, _capi.QUANT_PER_HEAD)
+assert (p.q_descale.data, p.q_descale.stride_batch, p.q_descale.stride_head) == (q_scale.data_ptr(), 0, 1)
+assert (p.k_descale.data, p.k_descale.stride_batch, p.k_descale.stride_head) == (k_scale.data_ptr(), heads_kv, 1)
+assert (p.v_descale.data, p.v_descale.stride_batch, p.v_descale.stride_head) == (v_scale.data_ptr(), 0, 0)
+# An fp16 out picks the output dtype; a 16-bit call after it packs out_dtype DEFAULT, quant NONE, no descales.
+out16 = Tensor((batch, 1, heads, d), torch.float16)
+fa3jit.flash_attn_with_kvcache(q8, kp8, vp8, used, table, num_splits=1, k_descale=k_scale, v_descale=k_scale,
+                               q_descale=k_scale, out=out16)
+assert last_call().out_dtype == _capi.DTYPE_FP16 and last_call().out.data == out16.data_ptr()
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, num_splits=1)
+p = last_call()
+assert (p.dtype, p.out_dtype, p.quant, p.q_descale.data, p.k_descale.data, p.v_descale.data) == (
+    _capi.DTYPE_BF16, _capi.DTYPE_DEFAULT, _capi.QUANT_NONE, None, None, None)
+expect(ValueError, ["k_descale has shape (3, 2, 5)", "per_block", "serving layouts take per_head"], kvcache, q8,
+       kp8, vp8, used, table, k_descale=Tensor((batch, heads_kv, 5), f32))
+expect(ValueError, ["v_descale has shape (3, 4)", "per_head (batch, num_heads_kv)", "= (3, 2)"], kvcache, q8, kp8, vp8, used,
+       table, v_descale=Tensor((batch, 4), f32))
+expect(ValueError, ["out.dtype is torch.float32", "an e4m3 call writes"], kvcache, q8, kp8, vp8, used, table,
+       k_descale=k_scale, v_descale=k_scale, q_descale=k_scale, out=Tensor((batch, 1, heads, d), f32))
+expect(ValueError, ["v_cache.dtype is torch.bfloat16 but k_cache.dtype is torch.float8_e4m3fn"], kvcache, q8, kp8,
+       vp, used, table)
 
 print("ok")

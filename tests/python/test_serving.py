@@ -437,6 +437,123 @@ def test_decode(num_splits, paged, head_dim, group, pack_gqa):
         assert (single.float() - out.float()).abs().max().item() <= bound
 
 
+# ---- FP8 KV cache --------------------------------------------------------------------------------------------
+
+def _fp8_cases():
+    # (kv layout, q dtype, seqlen_q: 1 = decode / "varlen" = chunked prefill of packed q, num_splits, head_dim,
+    # group, how q_descale / k_descale are given)
+    rows = [("paged16", "e4m3", 1, 0, 128, 4, "tensor"), ("paged64", "bf16", 1, 0, 64, 8, "computed"),
+            ("dense", "e4m3", 1, 1, 256, 1, "tensor"), ("dense", "fp16", 1, 3, 128, 8, "static"),
+            ("paged16", "e4m3", "varlen", 1, 128, 4, "stride0"), ("paged64", "bf16", "varlen", 0, 64, 1, "computed"),
+            ("paged128", "e4m3", 7, 1, 256, 2, "tensor"), ("paged16", "bf16", 1, 1, 96, 4, "static")]
+    return [pytest.param(*row, id="-".join(str(x) for x in row)) for row in rows]
+
+
+@needs_gpu
+@pytest.mark.parametrize("layout, q_kind, seqlen_q, num_splits, head_dim, group, scales", _fp8_cases())
+def test_fp8_kv_cache(layout, q_kind, seqlen_q, num_splits, head_dim, group, scales):
+    """e4m3 K/V pages (or a dense e4m3 cache) with per-(batch, kv head) descales, e4m3 q or a 16-bit q quantised in
+    the call, decode and chunked prefill, split and not: each sequence against the float64 attention of the
+    dequantised inputs with FlashAttention-3's FP8 rule (attention_reference.check_fp8_against_reference)."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    from attention_reference import check_fp8_against_reference, quantize_e4m3
+    from fa3jit import serving
+    e4m3 = torch.float8_e4m3fn
+    heads_kv = NUM_HEADS // group
+    seed = head_dim * 10 + group + (seqlen_q if isinstance(seqlen_q, int) else 3) + num_splits
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    cpu_generator = torch.Generator().manual_seed(seed)
+    cache_lengths = [2049, 1, 113, 0, 239, 777] if seqlen_q == 1 else [300, 113, 1, 0, 239, 517]
+    batch, capacity = len(cache_lengths), max(cache_lengths) + 31
+    varlen_q = seqlen_q == "varlen"
+    q_lengths = [37, 113, 1, 0, 239, 5] if varlen_q else [seqlen_q] * batch
+
+    # K and V: (batch, capacity, kv heads, d) quantised per (batch, kv head); rows past a sequence hold garbage.
+    ids = (torch.arange(batch, device="cuda")[:, None, None, None] * heads_kv +
+           torch.arange(heads_kv, device="cuda")[None, None, :, None]).expand(batch, capacity, heads_kv, head_dim)
+    kv8, kv_descales = [], []
+    for _ in range(2):
+        x8, descale = quantize_e4m3(_randn(torch, generator, torch.float32, batch, capacity, heads_kv, head_dim),
+                                    ids, batch * heads_kv, cpu_generator)
+        kv8.append(x8)
+        kv_descales.append(descale.reshape(batch, heads_kv))
+    (k8, v8), (k_descale, v_descale) = kv8, kv_descales
+    keys = [k8[b, :n].float() for b, n in enumerate(cache_lengths)]      # e4m3 values, exact in float32
+    values = [v8[b, :n].float() for b, n in enumerate(cache_lengths)]
+    if layout == "dense":
+        k_dense, v_dense, table = k8.float(), v8.float(), None
+        for b, n in enumerate(cache_lengths):
+            k_dense[b, n:], v_dense[b, n:] = 300.0, -300.0
+        k_cache, v_cache = k_dense.to(e4m3), v_dense.to(e4m3)  # e4m3 values round-trip exactly
+    else:
+        k_pages, v_pages, table = _paged_cache(torch, generator, torch.float32, keys, values, int(layout[5:]))
+        k_cache, v_cache = k_pages.to(e4m3), v_pages.to(e4m3)
+    cache_seqlens = torch.tensor(cache_lengths, dtype=torch.int32, device="cuda")
+
+    # q: e4m3 with per-(batch, kv head) descales, or 16-bit (the call quantises it).
+    total_q = sum(q_lengths)
+    q_shape = (total_q, NUM_HEADS, head_dim) if varlen_q else (batch, q_lengths[0], NUM_HEADS, head_dim)
+    q_real = _randn(torch, generator, torch.float32, *q_shape)
+    if varlen_q:
+        batch_of_row = torch.repeat_interleave(torch.arange(batch, device="cuda"),
+                                               torch.tensor(q_lengths, device="cuda"))
+    if q_kind == "e4m3":
+        if varlen_q:
+            q_ids = batch_of_row[:, None, None] * heads_kv + (torch.arange(NUM_HEADS, device="cuda") //
+                                                              group)[None, :, None]
+        else:
+            q_ids = (torch.arange(batch, device="cuda")[:, None, None, None] * heads_kv +
+                     (torch.arange(NUM_HEADS, device="cuda") // group)[None, None, :, None])
+        q_in, q_descale = quantize_e4m3(q_real, q_ids.expand(q_shape), batch * heads_kv, cpu_generator)
+        q_descale = q_descale.reshape(batch, heads_kv)
+        q8, q_used_descale = q_in, q_descale
+    else:
+        q_in = q_real.to(torch.bfloat16 if q_kind == "bf16" else torch.float16)
+        q_descale = torch.tensor(2.0 ** -6, device="cuda") if scales == "static" else None
+        # The same quantisation the call makes; the result is compared with q below, so a wrong scale shows.
+        q8, q_used_descale = serving._quantized_q(q_in, q_descale, batch, heads_kv)
+        if scales == "computed":
+            q_used_descale = q_used_descale.expand(batch, heads_kv)
+        else:
+            q_used_descale = q_used_descale.reshape(1, 1).expand(batch, heads_kv)
+    if scales == "stride0":  # sequence 0's scales for every sequence, as a stride-0 view: the keys are then
+        k_descale = k_descale[:1].expand(batch, heads_kv)  # k8 * k_descale[0], which the reference below uses
+    kwargs = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
+                  causal=True, return_lse=True)
+    if varlen_q:
+        cu_q, offsets = _cu_seqlens(torch, q_lengths)
+        kwargs.update(cu_seqlens_q=cu_q, max_seqlen_q=max(q_lengths))
+    out = torch.full(q_shape, math.nan, device="cuda", dtype=torch.bfloat16)
+    result, lse = fa3jit.flash_attn_with_kvcache(q_in, k_cache, v_cache, cache_seqlens, table, out=out, **kwargs)
+    assert result is out
+
+    # The dequantised inputs of each sequence, and the check.
+    dq = q8.float().unflatten(-2, (heads_kv, group))
+    if varlen_q:
+        dq = dq * q_used_descale[batch_of_row][:, :, None, None]
+    else:
+        dq = dq * q_used_descale[:, None, :, None, None]
+    dq = dq.flatten(-3, -2)
+    if q_kind != "e4m3":
+        assert (dq - q_in.float()).abs().max().item() <= 2.0 ** -4 * q_in.float().abs().max().item() + 1e-6, \
+            "the call's e4m3 q is not q within e4m3's precision"
+    for b in range(batch):
+        rows = slice(offsets[b], offsets[b + 1]) if varlen_q else b
+        got, got_lse = out[rows], (lse[:, rows] if varlen_q else lse[b])
+        lk = cache_lengths[b]
+        if got.shape[0] == 0:
+            continue
+        if lk == 0:
+            assert torch.count_nonzero(got).item() == 0 and torch.all(got_lse == -math.inf)
+            continue
+        q_b = dq[rows]
+        k_b = keys[b] * k_descale[b][None, :, None]
+        v_b = values[b] * v_descale[b][None, :, None]
+        check_fp8_against_reference(got[None], got_lse[None], q_b[None], k_b[None], v_b[None], True)
+
+
 @needs_gpu
 def test_nothing_to_compute():
     """No query rows, or no keys at all: nothing is launched; rows that see no key are 0 with lse -inf."""

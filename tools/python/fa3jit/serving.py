@@ -59,8 +59,6 @@ def _refuse_unsupported(function: str, **arguments: Any) -> None:
             what = "appending new keys and values into the cache (write them into k_cache / v_cache first)"
         elif name.startswith("rotary"):
             what = "rotary embedding inside the attention call"
-        elif name.endswith("_descale"):
-            what = "FP8 (float8_e4m3fn) serving layouts; fa3jit.flash_attn_func takes FP8 inputs"
         else:
             what = {"qv": "the qv operand",
                     "scheduler_metadata": "precomputed scheduler metadata (fa3jit plans its own schedule)",
@@ -82,15 +80,86 @@ def _tensor(x: Any, name: str) -> Any:
     return x if isinstance(x, _attention._Tensor) else _attention._as_tensor(x, name)
 
 
-def _dtype_code(q: Any, k: Any, v: Any, names: Tuple[str, str]) -> int:
+def _dtype_code(q: Any, k: Any, v: Any, names: Tuple[str, str]) -> Tuple[int, bool]:
+    """(the kernel's fa3jit_dtype, whether q is quantised to e4m3 in the call). k and v share a dtype; a 16-bit
+    cache takes a q of its dtype, a torch.float8_e4m3fn cache (FP8 KV cache) an e4m3 q or a 16-bit one."""
+    kn, vn = names
+    if v.dtype is not k.dtype:
+        raise ValueError(f"{vn}.dtype is {v.dtype} but {kn}.dtype is {k.dtype}; they must match")
+    float8 = _attention._float8
+    if float8 is not None and k.dtype is float8:
+        if q.dtype is float8:
+            return _capi.DTYPE_E4M3, False
+        if _attention._DTYPE_CODES.get(q.dtype) in (_capi.DTYPE_FP16, _capi.DTYPE_BF16):
+            return _capi.DTYPE_E4M3, True
+        raise ValueError(f"q.dtype is {q.dtype}; with a torch.float8_e4m3fn {kn} expected torch.float8_e4m3fn, or "
+                         f"torch.float16 / torch.bfloat16 (quantised to e4m3 in the call)")
     code = _attention._DTYPE_CODES.get(q.dtype)
     if code is None or code == _capi.DTYPE_E4M3:
-        raise ValueError(f"q.dtype is {q.dtype}; expected torch.float16 or torch.bfloat16 (FP8 inputs: "
-                         f"fa3jit.flash_attn_func)")
-    for t, name in zip((k, v), names):
-        if t.dtype is not q.dtype:
-            raise ValueError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}; they must match")
-    return code
+        raise ValueError(f"q.dtype is {q.dtype}; expected torch.float16 or torch.bfloat16 (torch.float8_e4m3fn q "
+                         f"needs a torch.float8_e4m3fn {kn} and {vn})")
+    if k.dtype is not q.dtype:
+        raise ValueError(f"{kn}.dtype is {k.dtype} but q.dtype is {q.dtype}; they must match")
+    return code, False
+
+
+# ---- FP8 KV cache: descales, q's quantisation, the output dtype --------------------------------------------
+
+# out_dtype, quant and the three (pointer, stride_batch, stride_head) descales of a 16-bit call.
+_NO_FP8 = (_capi.DTYPE_DEFAULT, _capi.QUANT_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+_E4M3_MAX = 448.0
+
+
+def _refuse_descales(dtype: Any, names: Tuple[str, str], **descales: Any) -> None:
+    for name, t in descales.items():
+        if t is not None:
+            raise ValueError(f"{name} is given but {names[0]}.dtype is {dtype}; descales belong to a "
+                             f"torch.float8_e4m3fn cache")
+
+
+def _quantized_q(q: Any, q_descale: Any, batch: int, num_heads_kv: int) -> Tuple[Any, Any]:
+    """A 16-bit q of an FP8-cache call as e4m3: (q8, q_descale). With q_descale None, one descale per KV head,
+    amax / 448 over every query row and head of its group (1 for an all-zero group), returned as a (batch,
+    num_heads_kv) view of stride 0 over the batch; with a one-element q_descale (a static
+    per-tensor scale, as serving engines keep one), q / q_descale. Values are clamped to e4m3's +-448. Costs a few
+    torch kernels on the current stream (abs-max, scale, cast) and no synchronisation; pass an e4m3 q to avoid them."""
+    torch = _attention._torch
+    num_heads = q.shape[-2]
+    if num_heads_kv < 1 or num_heads % num_heads_kv:
+        raise ValueError(f"num_heads = {num_heads} (q.shape[-2]) is not a multiple of num_heads_kv = {num_heads_kv}")
+    grouped = q.unflatten(-2, (num_heads_kv, num_heads // num_heads_kv))  # (..., num_heads_kv, group, head_dim)
+    if q_descale is None:
+        dims = tuple(d for d in range(grouped.dim()) if d != grouped.dim() - 3)
+        amax = torch.amax(grouped.abs(), dim=dims).float()  # (num_heads_kv,)
+        descale = torch.where(amax > 0, amax / _E4M3_MAX, torch.ones_like(amax))
+        scale = descale.view(num_heads_kv, 1, 1)
+        q_descale = descale.view(1, num_heads_kv).expand(batch, num_heads_kv)
+    else:
+        q_descale = _tensor(q_descale, "q_descale")
+        if q_descale.numel() != 1 or q_descale.dim() > 2 or q_descale.dtype is not torch.float32:
+            raise ValueError(f"q_descale is {q_descale.dtype} {tuple(q_descale.shape)}; with a 16-bit q and a "
+                             f"torch.float8_e4m3fn cache it is q's quantisation scale: one float32 element (or None: "
+                             f"computed per KV head)")
+        if q_descale.device != q.device:
+            raise ValueError(f"q_descale is on {q_descale.device}; expected q's device {q.device}")
+        scale = q_descale.reshape(())
+    q8 = (grouped.float() / scale).clamp_(-_E4M3_MAX, _E4M3_MAX).to(_attention._float8).flatten(-3, -2)
+    return q8, q_descale
+
+
+def _fp8_fields(q: Any, descales: Tuple[Any, Any, Any], batch: int, num_heads: int, num_heads_kv: int,
+                head_dim: int, head_dim_v: int, out: Any) -> Tuple[Any, Tuple[Any, ...]]:
+    """(out's dtype, out_dtype and the descale fields of PARAMS_SERVING_CALL_STRUCT) of an FP8-cache call. Serving
+    layouts take per_head descales: (batch, num_heads_kv) (stride-0 views allowed), one element, or None (1)."""
+    for t, name in zip(descales, ("q_descale", "k_descale", "v_descale")):
+        if t is not None and hasattr(t, "dim") and t.dim() == 3:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; per_block descales are laid out for dense "
+                             f"tensors: serving layouts take per_head descales (batch, num_heads_kv) = ({batch}, "
+                             f"{num_heads_kv}) or one element")
+    out_dtype, out_code = _attention._fp8_out_dtype(None, out)
+    fields = _attention._descale_fields(q, descales, batch, num_heads, num_heads_kv, 1, 1, head_dim, head_dim_v,
+                                        False, None)
+    return out_dtype, (out_code, *fields)
 
 
 def _rank(t: Any, name: str, layout: str) -> None:
@@ -274,22 +343,25 @@ def _checked_variant(window_size: Any, softcap: Any, sinks: Any, num_heads: int,
 def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch: int,
          seqlen_q: int, num_heads: int, head_dim: int, cu_seqlens_q: Any, max_seqlen_q: int, max_seqlen_k: int,
          softmax_scale: Optional[float], causal: bool, num_splits: int, pack_gqa: int, out: Any,
-         return_lse: bool, variant: _Variant) -> Any:
+         return_lse: bool, variant: _Variant, out_dtype: Any = None, fp8_fields: Tuple[Any, ...] = _NO_FP8) -> Any:
     """Allocates or checks out, allocates lse, the workspace when the call splits, and launches; q's shape is
-    (total_q, ...) when varlen_q, else (batch, seqlen_q, ...); q_stride is q.stride()."""
+    (total_q, ...) when varlen_q, else (batch, seqlen_q, ...); q_stride is q.stride(). out_dtype: None = q's
+    (16-bit calls); e4m3 calls give it with their fp8_fields (_fp8_fields)."""
     torch = _attention._torch
+    if out_dtype is None:
+        out_dtype = q.dtype
     scale = 0.0 if softmax_scale is None else _attention._checked_scale(softmax_scale)
     out_shape = (*q.shape[:-1], kv.head_dim_v)
     if out is None:
         # new_empty: q's dtype and device without building a torch.device per call.
-        out = q.new_empty(out_shape)
+        out = q.new_empty(out_shape, dtype=out_dtype)
         row = num_heads * kv.head_dim_v  # contiguous: its strides are known without asking torch
         o_stride = (row, kv.head_dim_v, 1) if varlen_q else (seqlen_q * row, row, kv.head_dim_v, 1)
     else:
         out = _tensor(out, "out")
-        if out.shape != out_shape or out.dtype is not q.dtype or out.get_device() != q.get_device() or \
+        if out.shape != out_shape or out.dtype is not out_dtype or out.get_device() != q.get_device() or \
                 not out.is_cuda:
-            raise ValueError(f"out is {out.dtype} {tuple(out.shape)} on {out.device}; expected {q.dtype} "
+            raise ValueError(f"out is {out.dtype} {tuple(out.shape)} on {out.device}; expected {out_dtype} "
                              f"{out_shape} on {q.device}")
         o_stride = out.stride()
         _last_dim_contiguous(out, o_stride, "out")
@@ -323,8 +395,7 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
     _pack_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
                  batch, seqlen_q, kv.seqlen_k, num_heads, kv.num_heads_kv, head_dim, kv.head_dim_v,
                  q.data_ptr(), *q_strides, k.data_ptr(), *kv.k_strides, v.data_ptr(), *kv.v_strides,
-                 out.data_ptr(), *o_strides, _ptr(lse), scale,
-                 0, 0, _capi.DTYPE_DEFAULT, _capi.QUANT_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                 out.data_ptr(), *o_strides, _ptr(lse), scale, 0, 0, *fp8_fields,
                  _ptr(cu_seqlens_q), max_seqlen_q, _ptr(kv.cu_seqlens_k), max_seqlen_k, _ptr(kv.seqused_k),
                  _ptr(kv.page_table), kv.page_table_stride, kv.max_pages, kv.num_pages, kv.page_size,
                  num_splits, pack_gqa, variant.window_left, variant.window_right, variant.softcap,
@@ -366,8 +437,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     """Attention over a batch of sequences of different lengths packed into one tensor (FlashAttention-3's
     flash_attn_varlen_func), on an NVIDIA Hopper GPU.
 
-    Shapes (torch.float16 or torch.bfloat16; head_dim and head_dim_v a multiple of 8 up to 256; last dimension
-    contiguous, other strides free multiples of 16 bytes):
+    Shapes (torch.float16 or torch.bfloat16, or an FP8 cache below; head_dim and head_dim_v a multiple of 8 up
+    to 256, of 16 for FP8; last dimension contiguous, other strides free multiples of 16 bytes):
       q             (total_q, num_heads, head_dim), sequence b in rows [cu_seqlens_q[b], cu_seqlens_q[b + 1])
       cu_seqlens_q  (batch + 1,) torch.int32, non-decreasing offsets into q's rows
       k, v          one of
@@ -393,24 +464,33 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     logit per query head joining each row's softmax normaliser (gpt-oss); lse includes it.
     All tensors on one CUDA device; runs asynchronously on torch's current stream. Forward only; not a torch op
     yet (under torch.compile the call is a graph break).
+    FP8 KV cache (FlashAttention-3's arguments): k and v torch.float8_e4m3fn with k_descale, v_descale per_head,
+    (batch, num_heads_kv) float32 (stride-0 views allowed: that is how a per-tensor scale is passed), one element,
+    or None (1); the real keys are k * k_descale. q either torch.float8_e4m3fn with q_descale likewise, or
+    torch.float16 / torch.bfloat16, quantised to e4m3 in the call (q_descale None: amax / 448 per KV head over
+    the whole q; or one float32 element, a static scale: q / q_descale). out is torch.bfloat16 unless an fp16 out
+    is given. Per-block descales are for dense tensors (fa3jit.flash_attn_func). FP8 is the e4m3 kernel of
+    fa3jit.flash_attn_func (FA3 paper §3.3): both GEMMs in FP8, P in e4m3, fp32 accumulation.
 
     Returns out, or (out, lse) when return_lse (or FlashAttention-3's return_attn_probs): lse float32
     (num_heads, total_q), natural log. Rows of q past cu_seqlens_q[batch] are not written.
     Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects) naming the argument; TypeError for
     a non-tensor; NotImplementedError for FlashAttention-3 arguments fa3jit does not implement yet (seqused_q,
-    qv, FP8 descales, attention_chunk, scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails. deterministic is
+    qv, attention_chunk, scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails. deterministic is
     accepted: it concerns FlashAttention-3's backward pass, and this forward is deterministic.
     """
     function = "flash_attn_varlen_func"
-    if not (seqused_q is None and qv is None and q_descale is None and k_descale is None and v_descale is None and
-            scheduler_metadata is None and attention_chunk == 0 and sm_margin == 0):
-        _refuse_unsupported(function, seqused_q=seqused_q, qv=qv, q_descale=q_descale, k_descale=k_descale,
-                            v_descale=v_descale, attention_chunk=attention_chunk,
+    if not (seqused_q is None and qv is None and scheduler_metadata is None and attention_chunk == 0 and
+            sm_margin == 0):
+        _refuse_unsupported(function, seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk,
                             scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
-    dtype_code = _dtype_code(q, k, v, ("k", "v"))
+    dtype_code, quantize_q = _dtype_code(q, k, v, ("k", "v"))
+    fp8 = dtype_code == _capi.DTYPE_E4M3
+    if not fp8 and (q_descale is not None or k_descale is not None or v_descale is not None):
+        _refuse_descales(k.dtype, ("k", "v"), q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     _rank(q, "q", "(total_q, num_heads, head_dim)")
     total_q, num_heads, head_dim = q.shape
     if cu_seqlens_q is None:
@@ -428,8 +508,15 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     _last_dim_contiguous(q, q_stride, "q")
     splits, packing = _checked_options(num_splits, pack_gqa)
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
-    _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table,
-                   None if out is None else _tensor(out, "out"))
+    out = None if out is None else _tensor(out, "out")
+    _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
+    out_dtype, fp8_fields = None, _NO_FP8
+    if fp8:
+        if quantize_q:
+            q, q_descale = _quantized_q(q, q_descale, batch, kv.num_heads_kv)
+            q_stride = q.stride()
+        out_dtype, fp8_fields = _fp8_fields(q, (q_descale, k_descale, v_descale), batch, num_heads, kv.num_heads_kv,
+                                            head_dim, kv.head_dim_v, out)
     max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
     if max_seqlen_k is not None:
         max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
@@ -438,7 +525,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     else:
         max_k = kv.capacity
     return _run(q, q_stride, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
-                softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant)
+                softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant, out_dtype,
+                fp8_fields)
 
 
 def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Union[int, Any, None] = None,
@@ -455,8 +543,8 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     """Attention of new queries over a KV cache, dense or paged (FlashAttention-3's flash_attn_with_kvcache), on
     an NVIDIA Hopper GPU: decoding (seqlen_q = 1) and chunked prefill.
 
-    Shapes (torch.float16 or torch.bfloat16; head_dim and head_dim_v a multiple of 8 up to 256; last dimension
-    contiguous, other strides free multiples of 16 bytes):
+    Shapes (torch.float16 or torch.bfloat16, or an FP8 cache below; head_dim and head_dim_v a multiple of 8 up
+    to 256, of 16 for FP8; last dimension contiguous, other strides free multiples of 16 bytes):
       q              (batch, seqlen_q, num_heads, head_dim), or (total_q, num_heads, head_dim) with
                      cu_seqlens_q (batch + 1,) torch.int32 (then max_seqlen_q as in flash_attn_varlen_func)
       k_cache, v_cache
@@ -476,29 +564,39 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     the heuristic, True / False. window_size, softcap and sinks as in flash_attn_varlen_func. All tensors on one
     CUDA device; runs asynchronously on torch's current stream.
     Forward only; not a torch op yet (under torch.compile the call is a graph break).
+    FP8 KV cache (FlashAttention-3's arguments): k and v torch.float8_e4m3fn with k_descale, v_descale per_head,
+    (batch, num_heads_kv) float32 (stride-0 views allowed: that is how a per-tensor scale is passed), one element,
+    or None (1); the real keys are k * k_descale. q either torch.float8_e4m3fn with q_descale likewise, or
+    torch.float16 / torch.bfloat16, quantised to e4m3 in the call (q_descale None: amax / 448 per KV head over
+    the whole q; or one float32 element, a static scale: q / q_descale). out is torch.bfloat16 unless an fp16 out
+    is given. Per-block descales are for dense tensors (fa3jit.flash_attn_func). FP8 is the e4m3 kernel of
+    fa3jit.flash_attn_func (FA3 paper §3.3): both GEMMs in FP8, P in e4m3, fp32 accumulation.
 
     Returns out, or (out, lse) when return_lse (or FlashAttention-3's return_softmax_lse): lse float32
     (batch, num_heads, seqlen_q), or (num_heads, total_q) with cu_seqlens_q; natural log.
     Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects) naming the argument; TypeError for
     a non-tensor; NotImplementedError for FlashAttention-3 arguments fa3jit does not implement yet (k and v
     appended into the cache, cu_seqlens_k_new, qv, rotary_cos / rotary_sin / rotary_seqlens, cache_batch_idx,
-    cache_leftpad, FP8 descales, attention_chunk, scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails.
+    cache_leftpad, attention_chunk, scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails.
     rotary_interleaved is accepted: it only qualifies rotary_cos / rotary_sin.
     """
     function = "flash_attn_with_kvcache"
     if not (k is None and v is None and cu_seqlens_k_new is None and qv is None and rotary_cos is None and
             rotary_sin is None and rotary_seqlens is None and cache_batch_idx is None and cache_leftpad is None and
-            q_descale is None and k_descale is None and v_descale is None and scheduler_metadata is None and
-            attention_chunk == 0 and sm_margin == 0):
+            scheduler_metadata is None and attention_chunk == 0 and sm_margin == 0):
         _refuse_unsupported(function, k=k, v=v, cu_seqlens_k_new=cu_seqlens_k_new, qv=qv, rotary_cos=rotary_cos,
                             rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens, cache_batch_idx=cache_batch_idx,
-                            cache_leftpad=cache_leftpad, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-                            attention_chunk=attention_chunk, scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+                            cache_leftpad=cache_leftpad, attention_chunk=attention_chunk,
+                            scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
     torch = _attention._torch
     q, k_cache, v_cache = _tensor(q, "q"), _tensor(k_cache, "k_cache"), _tensor(v_cache, "v_cache")
-    dtype_code = _dtype_code(q, k_cache, v_cache, ("k_cache", "v_cache"))
+    dtype_code, quantize_q = _dtype_code(q, k_cache, v_cache, ("k_cache", "v_cache"))
+    fp8 = dtype_code == _capi.DTYPE_E4M3
+    if not fp8 and (q_descale is not None or k_descale is not None or v_descale is not None):
+        _refuse_descales(k_cache.dtype, ("k_cache", "v_cache"), q_descale=q_descale, k_descale=k_descale,
+                         v_descale=v_descale)
     varlen_q = cu_seqlens_q is not None
     if varlen_q:
         _rank(q, "q", "(total_q, num_heads, head_dim) with cu_seqlens_q")
@@ -528,14 +626,21 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     _last_dim_contiguous(q, q_stride, "q")
     splits, packing = _checked_options(num_splits, pack_gqa)
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
-    _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table,
-                   None if out is None else _tensor(out, "out"))
+    out = None if out is None else _tensor(out, "out")
+    _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
     if fill_seqlens is not None:
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
+    out_dtype, fp8_fields = None, _NO_FP8
+    if fp8:
+        if quantize_q:
+            q, q_descale = _quantized_q(q, q_descale, batch, kv.num_heads_kv)
+            q_stride = q.stride()
+        out_dtype, fp8_fields = _fp8_fields(q, (q_descale, k_descale, v_descale), batch, num_heads, kv.num_heads_kv,
+                                            head_dim, kv.head_dim_v, out)
     if varlen_q:
         max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
     else:
         max_q = seqlen_q
     return _run(q, q_stride, k_cache, v_cache, kv, dtype_code, varlen_q, batch, seqlen_q, num_heads, head_dim,
                 cu_q, max_q, kv.capacity, softmax_scale, causal, splits, packing, out,
-                return_lse or return_softmax_lse, variant)
+                return_lse or return_softmax_lse, variant, out_dtype, fp8_fields)
