@@ -33,6 +33,7 @@ struct CallShape {
   float softmax_scale;  // resolved: 1/sqrt(head_dim) when the argument was 0
   // Serving layouts (ForwardArgs): which ones the call uses, and the per-sequence bounds.
   bool varlen_q, varlen_k, paged;
+  bool paged_gather;     // paged with a page size no TMA box fits (pages_need_gather)
   int64_t max_seqlen_q;  // longest query length of a sequence: seqlen_q when dense
   int64_t max_seqlen_k;  // longest key length: seqlen_k when dense, max_pages * page_size when paged
   int64_t group;         // num_heads / num_heads_kv
@@ -52,6 +53,7 @@ void check_serving_shape(const ForwardArgs& a, CallShape& s) {
   s.varlen_q = a.cu_seqlens_q != nullptr;
   s.varlen_k = a.cu_seqlens_k != nullptr;
   s.paged = a.page_table != nullptr;
+  s.paged_gather = false;
   if (s.varlen_k && s.paged)
     bad_argument("arguments cu_seqlens_k and page_table are both given; k and v are either packed or paged, expected "
                  "at most one of them");
@@ -80,11 +82,10 @@ void check_serving_shape(const ForwardArgs& a, CallShape& s) {
     if (a.seqused_k == nullptr)
       bad_argument("argument seqused_k is null; a paged KV cache (page_table) needs each sequence's key count "
                    "(FA3's cache_seqlens), int32 of shape (batch)");
-    if (a.page_size < 8 || a.page_size > kMaxSeqlen || a.page_size % 8 != 0)
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("argument page_size = {} is not supported; this build loads pages with TMA boxes of "
-                              "gcd(page_size, block_n) rows and needs a multiple of 8 (8, 16, 32, 64, 128, ...)",
-                              a.page_size));
+    if (a.page_size < 1 || a.page_size > kMaxSeqlen)
+      bad_argument(fmt::format("argument page_size = {} is out of range; expected keys per page in [1, {}]",
+                               a.page_size, kMaxSeqlen));
+    s.paged_gather = pages_need_gather(a.page_size);
     const int64_t max_pages = checked_extent(a.max_pages, "max_pages", kMaxSeqlen);
     checked_extent(a.num_pages, "num_pages", 0x7fffffff);
     if (a.page_table_stride < max_pages || a.page_table_stride > 0x7fffffff)
@@ -265,6 +266,11 @@ void check_agrees(const Spec& spec, const ForwardArgs& a, const CallShape& s) {
     if (l.given != l.in_spec)
       bad_argument(fmt::format("argument {} is {} but the kernel spec's {} is {}", l.argument,
                                l.given ? "given" : "null", l.field, l.in_spec));
+  // A gather kernel loads any page size; a TMA-box one only those pages_need_gather leaves to it.
+  if (s.paged_gather && !spec.paged_gather)
+    bad_argument(fmt::format("argument page_size = {} needs a kernel with paged_gather true (pages that are not a "
+                             "multiple of 8 keys are copied row by row); the kernel spec's paged_gather is false",
+                             a.page_size));
   if (a.pack_gqa != -1 && (a.pack_gqa == 1) != spec.pack_gqa)
     bad_argument(fmt::format("argument pack_gqa = {} does not match the kernel spec's pack_gqa {}", a.pack_gqa,
                              spec.pack_gqa));
@@ -399,6 +405,7 @@ Layout base_layout(const ForwardArgs& a, const CallShape& s) {
   l.varlen_q = s.varlen_q;
   l.varlen_k = s.varlen_k;
   l.paged_kv = s.paged;
+  l.paged_gather = s.paged_gather;
   l.pack_gqa = a.pack_gqa == -1 ? pack_gqa_heuristic(s, a.quant) : a.pack_gqa == 1;
   // Per-block descales are laid out by the prefill tile (fa3jit_attention_quant_blocks), which must not change
   // with the call's length.
@@ -549,8 +556,19 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   // With a cluster each CTA loads half of every K/V block and multicasts it (device/mainloop.cuh); a page is loaded
   // in boxes that never cross a page boundary.
   const int kv_box_rows = s.paged ? std::gcd(static_cast<int>(a.page_size), spec.block_n) : spec.block_n / spec.cluster_m;
-  p.tm_k = make_tensor_map(a.k, k_shape, type, s.elem_bytes, kv_box_rows);
-  p.tm_v = make_tensor_map(a.v, v_shape, type, s.elem_bytes, kv_box_rows);
+  if (spec.paged_gather) {  // rows by cp.async (device/mainloop.cuh gather_kv_block): no tensor maps for k and v
+    p.k_data = static_cast<const char*>(a.k.data);
+    p.v_data = static_cast<const char*>(a.v.data);
+    p.k_stride_page = a.k.stride_batch * s.elem_bytes;
+    p.k_stride_row = a.k.stride_seq * s.elem_bytes;
+    p.k_stride_head = a.k.stride_head * s.elem_bytes;
+    p.v_stride_page = a.v.stride_batch * s.elem_bytes;
+    p.v_stride_row = a.v.stride_seq * s.elem_bytes;
+    p.v_stride_head = a.v.stride_head * s.elem_bytes;
+  } else {
+    p.tm_k = make_tensor_map(a.k, k_shape, type, s.elem_bytes, kv_box_rows);
+    p.tm_v = make_tensor_map(a.v, v_shape, type, s.elem_bytes, kv_box_rows);
+  }
   if (!(spec.varlen_q || spec.pack_gqa))
     p.tm_o = make_tensor_map(a.out, o_shape, tensor_map_type(s.out_dtype), s.out_elem_bytes, 64);
   p.lse = a.lse;
@@ -621,7 +639,7 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
 // Everything the kernel choice depends on: integers only.
 struct ShapeClass {
   int dtype, out_dtype, quant, head_dim, head_dim_v, causal;
-  int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q, local, softcap, sinks
+  int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q, local, softcap, sinks, paged_gather
   bool operator<(const ShapeClass& o) const {
     return std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout) <
            std::tie(o.dtype, o.out_dtype, o.quant, o.head_dim, o.head_dim_v, o.causal, o.layout);
@@ -632,7 +650,7 @@ struct ShapeClass {
 int layout_bits(const Layout& l) {
   return (l.varlen_q ? 1 : 0) | (l.varlen_k ? 2 : 0) | (l.paged_kv ? 4 : 0) | (l.pack_gqa ? 8 : 0) |
          (l.split_kv ? 16 : 0) | (l.short_q ? 32 : 0) | (l.local ? 64 : 0) | (l.softcap ? 128 : 0) |
-         (l.sinks ? 256 : 0);
+         (l.sinks ? 256 : 0) | (l.paged_gather ? 512 : 0);
 }
 Layout layout_of(int bits) {
   Layout l;
@@ -645,6 +663,7 @@ Layout layout_of(int bits) {
   l.local = bits & 64;
   l.softcap = bits & 128;
   l.sinks = bits & 256;
+  l.paged_gather = bits & 512;
   return l;
 }
 

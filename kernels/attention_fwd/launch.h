@@ -46,6 +46,12 @@ struct ScaleView {
   int64_t stride_head = 0;
 };
 
+/// Whether a paged KV cache of `page_size` keys per page needs the kernel's gather path (spec field paged_gather:
+/// the producer copies rows with cp.async): TMA boxes of gcd(page_size, block_n) rows stay on 1024-byte swizzle atoms
+/// only when that is a multiple of 8, i.e. when page_size is (block_n is a multiple of 16). The one statement of the
+/// rule: the launch, the shape classes and `fa3jit cache warm` derive the layout from it.
+constexpr bool pages_need_gather(int64_t page_size) { return page_size % 8 != 0; }
+
 struct ForwardArgs {
   DType dtype = DType::kBf16;     // of q, k, v
   std::optional<DType> out_dtype;  // of out; empty: dtype for 16-bit, bf16 for e4m3
@@ -101,7 +107,7 @@ struct ForwardArgs {
   int64_t page_table_stride = 0;
   int64_t max_pages = 0;  // page_table's second dimension (pages per sequence)
   int64_t num_pages = 0;
-  int64_t page_size = 0;  // a multiple of 8 (TMA boxes of gcd(page_size, block_n) rows); others: kUnsupported
+  int64_t page_size = 0;  // >= 1: multiples of 8 load as TMA boxes, others row by row (pages_need_gather)
   /// Split-KV (FlashDecoding): each row block's keys are cut into num_splits ranges run by separate CTAs, whose
   /// fp32 partial outputs and LSEs go to `workspace` and are merged by the attention_combine kernel on the same
   /// stream. 1 (the default, as FA3's flash_attn_func): no split, no workspace; 0: the heuristic

@@ -46,6 +46,15 @@ namespace fa3jit::attention_fwd {
   FIELD(int, num_pages)                                                                                 \
   FIELD(int, page_size)                                                                                 \
   FIELD(int, page_box_rows)  /* gcd(page_size, block_n): rows of one K/V TMA box inside one page */      \
+  /* paged_gather (any page size): k and v as the producer's cp.async rows read them, strides in bytes */      \
+  FIELD(const char*, k_data)                                                                            \
+  FIELD(const char*, v_data)                                                                            \
+  FIELD(long long, k_stride_page)                                                                       \
+  FIELD(long long, k_stride_row)                                                                        \
+  FIELD(long long, k_stride_head)                                                                       \
+  FIELD(long long, v_stride_page)                                                                       \
+  FIELD(long long, v_stride_row)                                                                        \
+  FIELD(long long, v_stride_head)                                                                       \
   FIELD(int, num_heads_kv)                                                                              \
   FIELD(int, pack_rows)      /* pack_gqa: queries per M tile, block_m / head_group; else block_m */     \
   FIELD(int, num_splits)     /* >= 1; > 1: partials into out_partial / lse_partial */                   \

@@ -91,6 +91,9 @@ void check_layout(const Spec& spec) {
   if (spec.paged_kv && spec.varlen_k)
     invalid("spec fields \"paged_kv\" and \"varlen_k\" are both true; k and v are either paged or packed, expected "
             "at most one of them true");
+  if (spec.paged_gather && !spec.paged_kv)
+    invalid("spec field \"paged_gather\": true needs \"paged_kv\": true; it says how pages are loaded, expected false "
+            "without a page table");
   const bool serving = spec.varlen_q || spec.varlen_k || spec.paged_kv || spec.pack_gqa || spec.split_kv;
   if (serving && spec.cluster_m != 1)
     invalid(fmt::format("spec field \"cluster_m\": {} is not allowed with varlen_q, varlen_k, paged_kv, pack_gqa or "
@@ -199,7 +202,7 @@ const Capabilities& capabilities() {
       {DType::kBf16, DType::kFp16},
       true,
       {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum", "varlen",
-       "paged_kv", "split_kv", "pack_gqa", "seqused_k", "local", "softcap", "sinks"},
+       "paged_kv", "paged_gather", "split_kv", "pack_gqa", "seqused_k", "local", "softcap", "sinks"},
   };
   return kCapabilities;
 }
@@ -298,8 +301,8 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "cluster_m", "varlen_q", "varlen_k", "paged_kv", "pack_gqa", "split_kv", "local", "softcap",
-                       "sinks"});
+                       "cluster_m", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa", "split_kv", "local",
+                       "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
   Spec spec;
@@ -317,6 +320,7 @@ Spec parse_spec(const json& doc) {
   spec.varlen_q = read_knob(doc, "varlen_q", false);
   spec.varlen_k = read_knob(doc, "varlen_k", false);
   spec.paged_kv = read_knob(doc, "paged_kv", false);
+  spec.paged_gather = read_knob(doc, "paged_gather", false);
   spec.pack_gqa = read_knob(doc, "pack_gqa", false);
   spec.split_kv = read_knob(doc, "split_kv", false);
   spec.local = read_knob(doc, "local", false);
@@ -372,6 +376,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
   spec.paged_kv = layout.paged_kv;
+  spec.paged_gather = layout.paged_gather;
   spec.pack_gqa = layout.pack_gqa;
   spec.split_kv = layout.split_kv;
   spec.local = layout.local;
@@ -410,6 +415,7 @@ json canonical_json(const Spec& spec) {
       {"varlen_q", spec.varlen_q},
       {"varlen_k", spec.varlen_k},
       {"paged_kv", spec.paged_kv},
+      {"paged_gather", spec.paged_gather},
       {"pack_gqa", spec.pack_gqa},
       {"split_kv", spec.split_kv},
       {"local", spec.local},
@@ -433,7 +439,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.varlen_q) text += " varlen_q";
   if (spec.varlen_k) text += " varlen_k";
-  if (spec.paged_kv) text += " paged";
+  if (spec.paged_kv) text += spec.paged_gather ? " paged(gather)" : " paged";
   if (spec.pack_gqa) text += " pack_gqa";
   if (spec.split_kv) text += " split";
   if (spec.local) text += " local";
@@ -448,7 +454,7 @@ std::string name_token(const Spec& spec) {
   if (spec.head_dim_v != spec.head_dim) token += fmt::format("v{}", spec.head_dim_v);
   token += spec.causal ? "_causal" : spec.local ? "_local" : "_full";
   if (spec.varlen_q || spec.varlen_k) token += "_varlen";
-  if (spec.paged_kv) token += "_paged";
+  if (spec.paged_kv) token += spec.paged_gather ? "_pagedgather" : "_paged";
   if (spec.pack_gqa) token += "_packgqa";
   if (spec.split_kv) token += "_split";
   if (spec.softcap) token += "_softcap";

@@ -34,7 +34,10 @@
 //   varlen_q            q and out packed (total_q, num_heads, d), sequences delimited by cu_seqlens_q
 //   varlen_k            k and v packed (total_k, num_heads_kv, d), delimited by cu_seqlens_k
 //   paged_kv            k and v in pages (num_pages, page_size, num_heads_kv, d) through a page table
-//                       (exclusive with varlen_k)
+//                       (exclusive with varlen_k), loaded as TMA boxes of gcd(page_size, block_n) rows: page
+//                       sizes that are multiples of 8
+//   paged_gather        with paged_kv: the producer warp copies K/V rows with cp.async instead (any page size,
+//                       1 and 3 included); the runtime takes it for page sizes no TMA box fits
 //   pack_gqa            the query heads of one KV head share an M tile (rows = queries x group): a decode
 //                       step fills the tile with one token x the group; not with quant per_block
 //   split_kv            the key range of a row block may be cut into num_splits ranges (FlashDecoding): fp32
@@ -130,6 +133,7 @@ struct Spec {
   bool varlen_q = false;
   bool varlen_k = false;
   bool paged_kv = false;
+  bool paged_gather = false;
   bool pack_gqa = false;
   bool split_kv = false;
   bool local = false;
@@ -141,6 +145,8 @@ struct Spec {
 /// The serving-layout and variant fields of a Spec, as the runtime picks them for a call (launch.cpp).
 struct Layout {
   bool varlen_q = false, varlen_k = false, paged_kv = false, pack_gqa = false, split_kv = false;
+  /// With paged_kv: pages loaded row by row (a page size that is not a multiple of 8; pages_need_gather).
+  bool paged_gather = false;
   /// The call's M tile holds at most 64 rows (a decode step): the tile table's decode tile (tile_table.h).
   bool short_q = false;
   bool local = false, softcap = false, sinks = false;

@@ -163,6 +163,13 @@ KernelConfig derive_config(const Spec& spec) {
   const bool fp8 = spec.dtype == DType::kE4m3;
   // The e4m3 producer warpgroup also transposes V (device/transpose_v.cuh); with its loop not unrolled it fits
   // the 24 registers of FA3's split (ptxas: no spills at d128 128x224 and d256 128x128).
+  if (spec.paged_gather && wg == 2) {
+    // The gather producer (cp.async rows, page lookups, 64-bit addresses) spilled 28-36 bytes at 24 registers
+    // (ptxas, d128 and d256 prefill tiles); 40 fit, and the 32 of three warpgroups do. The consumers share what is
+    // left of the pool.
+    config.producer_registers = 40;
+    config.consumer_registers = (pinned_registers_per_thread(config.num_threads) * (wg + 1) - 40) / wg / 8 * 8;
+  }
   if (spec.cluster_m > 1 && wg == 2) {
     // The multicast producer needs more than 24 registers (ptxas spilled 44 bytes at 24); 40 + 2 * 232 is
     // the same pool of 3 * 168 registers.

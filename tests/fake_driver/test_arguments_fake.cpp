@@ -277,6 +277,54 @@ TEST_CASE("a valid call launches the default spec with its geometry and paramete
   CHECK(r.tensor_map_dims[3][1] == 300);
 }
 
+TEST_CASE("a page size that is not a multiple of 8 launches the gather kernel with k and v as bytes",
+          "[fake_driver][launch][serving]") {
+  // A decode step over pages of 3 keys: (num_pages, 3, heads_kv, d) with a padded page stride.
+  const int64_t batch = 2, heads = 8, heads_kv = 2, d = 128, page_size = 3, num_pages = 50, max_pages = 20;
+  ForwardArgs a = problem(batch, 1, 1, heads, heads_kv, d, true);
+  const int64_t row = heads_kv * d, page_stride = (page_size + 1) * row;  // one row of padding per page
+  a.k = {device_alloc(static_cast<uint64_t>(num_pages * page_stride * 2)), page_stride, row, d};
+  a.v = {device_alloc(static_cast<uint64_t>(num_pages * page_stride * 2)), page_stride, row, d};
+  a.page_table = static_cast<const int32_t*>(device_alloc(batch * max_pages * 4));
+  a.seqused_k = static_cast<const int32_t*>(device_alloc(batch * 4));
+  a.page_table_stride = max_pages, a.max_pages = max_pages, a.num_pages = num_pages, a.page_size = page_size;
+  a.num_splits = 1;
+  forward(runtime(), a, nullptr);
+  const FakeCudaLaunch r = last_launch();
+  CHECK_THAT(std::string(r.kernel_name), Contains("_pagedgather_"));
+  const Params p = params_of(r);
+  CHECK(p.page_size == 3);
+  CHECK(p.k_data == a.k.data);
+  CHECK(p.v_data == a.v.data);
+  CHECK(p.k_stride_page == page_stride * 2);
+  CHECK(p.k_stride_row == row * 2);
+  CHECK(p.k_stride_head == d * 2);
+  CHECK(p.v_stride_page == page_stride * 2);
+  // The pages of 16 keys of the same cache load as TMA boxes: the TMA kernel, k and v as tensor maps.
+  ForwardArgs b = a;
+  b.page_size = 16;
+  b.k.stride_batch = b.v.stride_batch = 16 * row;
+  b.k.data = device_alloc(static_cast<uint64_t>(num_pages * 16 * row * 2));
+  b.v.data = device_alloc(static_cast<uint64_t>(num_pages * 16 * row * 2));
+  forward(runtime(), b, nullptr);
+  CHECK_THAT(std::string(last_launch().kernel_name), !Contains("gather") && Contains("_paged_"));
+  CHECK(params_of(last_launch()).k_data == nullptr);
+  // A forced TMA-box kernel refuses the page size it cannot load; page_size 0 is out of range.
+  Layout tma_pages;
+  tma_pages.paged_kv = true;
+  tma_pages.short_q = tma_pages.pack_gqa = true;
+  const Spec tma = default_spec(DType::kBf16, DType::kBf16, Quant::kNone, d, d, false, tma_pages);
+  a.causal = false;  // the forced kernel's mask
+  try {
+    forward(*load_kernel(runtime(), tma), a, nullptr);
+    FAIL("a TMA-box kernel accepted page_size 3");
+  } catch (const Error& e) {
+    CHECK_THAT(std::string(e.what()), Contains("page_size = 3 needs a kernel with paged_gather true"));
+  }
+  a.page_size = 0;
+  expect_rejected(a, ErrorCode::kInvalidArgument, "argument page_size = 0 is out of range");
+}
+
 TEST_CASE("an explicit softmax_scale reaches the kernel", "[fake_driver][launch]") {
   ForwardArgs a = problem(1, 64, 64, 2, 2, 128);
   a.softmax_scale = 0.5f;

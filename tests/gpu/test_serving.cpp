@@ -91,14 +91,14 @@ TEST_CASE("varlen prefill: packed q and K/V, batches of 1-16 sequences of awkwar
   report("varlen prefill", passed, total);
 }
 
-TEST_CASE("paged KV decode: page sizes 8-128, shuffled pages, num_splits 1/2/7/heuristic, pack_gqa 0/1/auto",
+TEST_CASE("paged KV decode: page sizes 1-128, shuffled pages, num_splits 1/2/7/heuristic, pack_gqa 0/1/auto",
           "[gpu][serving]") {
   if (!have_gpu()) return;
   std::mt19937_64 gen(77);
   const std::pair<int64_t, int64_t> heads[] = {{32, 8}, {16, 2}, {8, 1}, {8, 8}};
   const int64_t dims[] = {128, 64, 256, 96, 192};
   int passed = 0, total = 0;
-  for (int64_t page_size : {8, 16, 64, 128})
+  for (int64_t page_size : {1, 3, 8, 16, 64, 128})  // 1 and 3: the gather kernels (cp.async rows)
     for (int num_splits : {1, 2, 7, 0})
       for (int pack_gqa : {0, 1, -1}) {
         ServingShape s;
@@ -127,7 +127,7 @@ TEST_CASE("paged KV chunked prefill: 1-300 new queries against a longer cached p
   if (!have_gpu()) return;
   std::mt19937_64 gen(78);
   int passed = 0, total = 0;
-  for (int64_t page_size : {8, 16, 64, 128})
+  for (int64_t page_size : {1, 5, 8, 16, 64, 128})
     for (int num_splits : {1, 2, 7, 0}) {
       ServingShape s;
       s.dtype = total % 4 == 1 ? DType::kFp16 : DType::kBf16;
@@ -227,6 +227,16 @@ TEST_CASE("sanitizer set: sliding window + softcap + sinks, varlen prefill and s
   decode.page_size = 16;
   decode.num_splits = 3;
   CHECK(run_case(decode, 902));
+  // The gather producer (cp.async rows, lag-one signalling): pages of 3 keys under the decode kernel, of 5 under a
+  // two-warpgroup chunked-prefill kernel.
+  ServingShape gathered = decode;
+  gathered.page_size = 3;
+  CHECK(run_case(gathered, 903));
+  ServingShape chunk = prefill;
+  chunk.kv = KvLayout::kPaged;
+  chunk.page_size = 5;
+  chunk.num_splits = 2;
+  CHECK(run_case(chunk, 904));
 }
 
 TEST_CASE("decode with dense K/V and seqused_k: batch 1-64, seqlen_k up to 16k, GQA up to 16:1", "[gpu][serving]") {
@@ -353,23 +363,22 @@ TEST_CASE("serving arguments the host refuses are errors naming the argument", "
   paged.seqlens_q = {1, 1, 1};
   paged.seqlens_k = {4096, 100, 3000};
 
-  for (int64_t page_size : {3, 12}) {  // not a multiple of 8: consistent tensors, unsupported page size
-    ServingShape s = paged;
-    s.page_size = page_size;
-    ServingProblem p(s, 1);
-    expect_forward_error(p.args(), ErrorCode::kUnsupported, "page_size");
+  paged.page_size = 16;
+  ServingProblem p(paged, 2);
+  ForwardArgs a = p.args();
+  for (int64_t page_size : {0, -3}) {  // out of range (any positive page size is supported)
+    a.page_size = page_size;
+    expect_forward_error(a, ErrorCode::kInvalidArgument, "page_size");
     try {
-      (void)workspace_size(p.args());  // plan_info / workspace_size refuse what forward refuses
+      (void)workspace_size(a);  // plan_info / workspace_size refuse what forward refuses
       FAIL("workspace_size accepted page_size " << page_size);
     } catch (const Error& e) {
-      CHECK(e.code() == ErrorCode::kUnsupported);
+      CHECK(e.code() == ErrorCode::kInvalidArgument);
       CHECK(std::string(e.what()).find("page_size") != std::string::npos);
     }
   }
 
-  paged.page_size = 16;
-  ServingProblem p(paged, 2);
-  ForwardArgs a = p.args();
+  a = p.args();
   a.seqused_k = nullptr;  // a page table needs the cache lengths
   expect_forward_error(a, ErrorCode::kInvalidArgument, "seqused_k");
 

@@ -293,10 +293,13 @@ expect(ValueError, ["page_table must have 2 dimensions", "(batch, max_pages_per_
        cu_q, seqused_k=used, page_table=Tensor((batch * max_pages,), i32))
 expect(ValueError, ["page_table must be contiguous in its last dimension"], varlen, q, kp, vp, cu_q,
        seqused_k=used, page_table=Tensor((batch, max_pages), i32, strides=(1, batch)))
-expect(ValueError, ["page_size", "is 12", "multiples of 8"], varlen, q, Tensor((pages, 12, heads_kv, d), bf),
-       Tensor((pages, 12, heads_kv, d), bf), cu_q, seqused_k=used, page_table=table)
-expect(ValueError, ["page_size", "is 12"], kvcache, qd, Tensor((pages, 12, heads_kv, d), bf),
-       Tensor((pages, 12, heads_kv, d), bf), used, table)
+expect(ValueError, ["page_size", "is 0", "at least one key per page"], varlen, q,
+       Tensor((pages, 0, heads_kv, d), bf), Tensor((pages, 0, heads_kv, d), bf), cu_q, seqused_k=used,
+       page_table=table)
+# Any positive page size: 12 keys per page reach the library (which runs its gather kernel for them).
+fa3jit.flash_attn_with_kvcache(qd, Tensor((pages, 12, heads_kv, d), bf), Tensor((pages, 12, heads_kv, d), bf), used,
+                               table, num_splits=1)
+assert last_call().page_size == 12 and last_call().k.stride_batch == 12 * heads_kv * d
 expect(ValueError, ["seqused_k is None", "required with page_table"], varlen, q, kp, vp, cu_q, page_table=table)
 expect(ValueError, ["cu_seqlens_k and page_table are exclusive"], varlen, q, kp, vp, cu_q, cu_k, seqused_k=used,
        page_table=table)

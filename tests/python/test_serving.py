@@ -3,7 +3,7 @@
 Without a GPU: the Python path with a torch stand-in (serving_stub_run.py: the checks before the device and the
 fa3jit_forward_params each call hands the library), and with torch on the CPU the errors of bad arguments.
 On an H100/H200: packed variable-length batches (lengths 0, 1, 113, 239 and a few hundred), GQA 1:1, 4:1 and 8:1,
-head_dim 64/128/256, fp16 and bf16, causal and not; paged caches of page sizes 16, 64 and 128 with shuffled page
+head_dim 64/128/256, fp16 and bf16, causal and not; paged caches of page sizes 1, 3, 16, 64 and 128 with shuffled page
 tables whose unused entries hold garbage; decoding with num_splits 1, 3 and 0 (the heuristic), dense and paged.
 Each sequence is compared with a float64 reference (bottom-right causal mask: query i of a sequence of Lq rows
 and Lk keys sees key j iff j <= i + Lk - Lq) with FlashAttention-3's rule (attention_reference.py), out poisoned
@@ -60,10 +60,10 @@ def test_bad_arguments_are_refused_before_the_device():
         (lambda: varlen(q, k, k, cu, cu_k.float()), ValueError, ["cu_seqlens_k.dtype is torch.float32"]),
         (lambda: varlen(q, k_pages, k_pages, cu, seqused_k=used, page_table=table.flatten()), ValueError,
          ["page_table must have 2 dimensions"]),
-        (lambda: varlen(q, k_pages[:, :12], k_pages[:, :12], cu, seqused_k=used, page_table=table), ValueError,
-         ["page_size", "12", "multiples of 8"]),
-        (lambda: kvcache(q[None, :2], k_pages[:, :12], k_pages[:, :12], used, table[:1]), ValueError,
-         ["page_size", "12"]),
+        (lambda: varlen(q, k_pages[:, :0], k_pages[:, :0], cu, seqused_k=used, page_table=table), ValueError,
+         ["page_size", "is 0", "at least one key per page"]),
+        (lambda: kvcache(q[None, :2], k_pages[:, :0], k_pages[:, :0], used, table[:1]), ValueError,
+         ["page_size", "is 0"]),
         (lambda: varlen(q, k_pages, k_pages, cu, page_table=table), ValueError, ["seqused_k is None"]),
         (lambda: varlen(q, k, k, cu, cu_k, seqused_k=used.long()), ValueError, ["seqused_k.dtype is torch.int64"]),
         (lambda: varlen(q, k, k, torch.tensor([0, 1, 2, 3, 4, 5], dtype=torch.int32)[::2], cu_k), ValueError,
@@ -257,7 +257,7 @@ def test_varlen_q_over_dense_kv_with_seqused_k(causal):
 def _paged_cases():
     cases = []
     index = 0
-    for page_size in (16, 64, 128):
+    for page_size in (1, 3, 16, 64, 128):  # 1 and 3: the gather kernels
         for head_dim in (64, 128, 256):
             dtype = ("bf16", "fp16")[index % 2]
             causal = index % 3 != 1
@@ -445,7 +445,8 @@ def _fp8_cases():
     rows = [("paged16", "e4m3", 1, 0, 128, 4, "tensor"), ("paged64", "bf16", 1, 0, 64, 8, "computed"),
             ("dense", "e4m3", 1, 1, 256, 1, "tensor"), ("dense", "fp16", 1, 3, 128, 8, "static"),
             ("paged16", "e4m3", "varlen", 1, 128, 4, "stride0"), ("paged64", "bf16", "varlen", 0, 64, 1, "computed"),
-            ("paged128", "e4m3", 7, 1, 256, 2, "tensor"), ("paged16", "bf16", 1, 1, 96, 4, "static")]
+            ("paged128", "e4m3", 7, 1, 256, 2, "tensor"), ("paged16", "bf16", 1, 1, 96, 4, "static"),
+            ("paged3", "e4m3", 1, 0, 128, 4, "tensor"), ("paged1", "e4m3", "varlen", 1, 64, 2, "tensor")]
     return [pytest.param(*row, id="-".join(str(x) for x in row)) for row in rows]
 
 

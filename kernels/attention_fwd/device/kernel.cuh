@@ -64,8 +64,10 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
 
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&params.tm_q);
-    tma_prefetch_descriptor(&params.tm_k);
-    tma_prefetch_descriptor(&params.tm_v);
+    if constexpr (!Cfg::kPagedGather) {  // paged_gather: k and v have no tensor maps
+      tma_prefetch_descriptor(&params.tm_k);
+      tma_prefetch_descriptor(&params.tm_v);
+    }
     if constexpr (!(Cfg::kVarlenQ || Cfg::kPackGqa)) tma_prefetch_descriptor(&params.tm_o);
     Mainloop<Cfg>::init_barriers(sm);
     mbarrier_fence_init();

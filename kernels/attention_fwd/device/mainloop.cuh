@@ -1,6 +1,7 @@
 // The FA3 mainloop: a producer warp streams Q once and K/V blocks through a `stages`-deep mbarrier
 // ring by TMA; each consumer warpgroup computes S = Q.K^T (wgmma, both operands in shared memory), masks,
 // runs the online softmax, and accumulates O += P.V (wgmma with P from registers, V from shared memory).
+// With paged_gather the producer warp copies K/V rows with cp.async instead (page sizes no TMA box fits).
 // KV blocks are visited from the last to the first, so the masked blocks (seqlen_k tail, causal diagonal)
 // come first and the steady state runs mask-free; a sliding window's left edge comes last, masked again (FA3
 // paper §3; docs/kernel-design.md §6).
@@ -25,6 +26,7 @@
 #pragma once
 
 #include "hopper/cluster.cuh"
+#include "hopper/cp_async.cuh"
 #include "hopper/fragment.cuh"
 #include "hopper/mbarrier.cuh"
 #include "hopper/swizzle.cuh"
@@ -66,16 +68,19 @@ struct Mainloop {
 
   /// Initialises the barriers (one thread); the caller fences and synchronises the CTA afterwards.
   static __device__ __forceinline__ void init_barriers(const Smem& sm) {
+    // A loaded stage is full after lane 0's arrive_expect_tx and the TMA bytes, or, with paged_gather, once each of
+    // the producer warp's 32 lanes has arrived after its own copies (GatherSignal).
+    constexpr uint32_t kLoadArrivals = Cfg::kPagedGather ? 32 : 1;
     mbarrier_init(sm.q_full(), 1);
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbarrier_init(sm.k_full(s), 1);
+      mbarrier_init(sm.k_full(s), kLoadArrivals);
       // e4m3: a V stage is full once each of the 4 producer warps has transposed its part.
-      mbarrier_init(sm.v_full(s), kFp8 ? TransposeV<Cfg>::kWarps : 1);
+      mbarrier_init(sm.v_full(s), kFp8 ? TransposeV<Cfg>::kWarps : kLoadArrivals);
       mbarrier_init(sm.k_empty(s), kEmptyArrivals);
       mbarrier_init(sm.v_empty(s), kEmptyArrivals);
       if constexpr (kFp8) {
-        mbarrier_init(sm.v_load_full(s), 1);
+        mbarrier_init(sm.v_load_full(s), kLoadArrivals);
         mbarrier_init(sm.v_load_empty(s), TransposeV<Cfg>::kWarps);
       }
     }
@@ -94,7 +99,7 @@ struct Mainloop {
   /// at most block_n / 8 <= 32 boxes). Each lane of the producer warp looks up its own box's page, so a block's
   /// page-table reads are in flight together instead of one after the other; K and V share them.
   static __device__ __forceinline__ int box_page(int n_block, int lane, const TileWork& w, const Params& p) {
-    if constexpr (Cfg::kPagedKv) {
+    if constexpr (Cfg::kPagedKv && !Cfg::kPagedGather) {
       const int key = n_block * Cfg::kBlockN + lane * p.page_box_rows;
       if (lane * p.page_box_rows >= Cfg::kBlockN) return 0;
       const int* pages = p.page_table + static_cast<int64_t>(w.tile.batch) * p.page_table_stride;
@@ -189,29 +194,143 @@ struct Mainloop {
       tma_load_4d(dst + j * kRows * kRowBytes, desc, bar, kBlockCols * j, row, head, batch);
   }
 
+  /// The pages of one key block, looked up once for K and V: with TMA boxes the page of the lane's own box
+  /// (box_page); with paged_gather the page of row lane + 32 j of the block in page[j], so that a block's
+  /// page-table reads are in flight together, and gather_kv_block takes a row's page from its lane by a shuffle.
+  static constexpr int kPageRegs = Cfg::kPagedGather ? (Cfg::kBlockN + 31) / 32 : 1;
+  struct BlockPages {
+    int page[kPageRegs];
+  };
+  static __device__ __forceinline__ BlockPages block_pages(int n_block, int lane, const TileWork& w, const Params& p) {
+    BlockPages b;
+    if constexpr (Cfg::kPagedGather) {
+      const int* pages = p.page_table + static_cast<int64_t>(w.tile.batch) * p.page_table_stride;
+#pragma unroll
+      for (int j = 0; j < kPageRegs; ++j) {
+        const int key = n_block * Cfg::kBlockN + 32 * j + lane;
+        // Keys at or past seqlen_k are never read (gather_kv_block writes zeros): no lookup for them.
+        b.page[j] = key < w.seq.seqlen_k
+                        ? clamp_int(pages[min(key / p.page_size, p.max_pages - 1)], 0, p.num_pages - 1)
+                        : 0;
+      }
+    } else {
+      b.page[0] = box_page(n_block, lane, w, p);
+    }
+    return b;
+  }
+
+  /// paged_gather: the producer warp's 32 lanes copy K or V block n_block row by row with cp.async, 8 lanes per row
+  /// (lane % 8 is the 16-byte chunk in each 128-byte column block) and 4 rows per step, into the layout TMA writes:
+  /// column block c at dst + c * block_n * 128, row r at r * 128, chunk k at ((k ^ (r & 7)) << 4) (128-byte swizzle;
+  /// hopper/swizzle.cuh), zeros past the row's kCols columns. Key j of the sequence is row j % page_size of page
+  /// page_table[batch][j / page_size] (`pages`: block_pages, which clamps the slot to max_pages and the page into
+  /// [0, num_pages) as box_page does); keys at or past seqlen_k are zeros that read nothing, so no copy leaves the
+  /// tensor. `base` points at the tensor's first byte; the strides are bytes (Params).
+  template <int kCols>
+  static __device__ __forceinline__ void gather_kv_block(uint32_t dst, const char* base, long long stride_page,
+                                                         long long stride_row, long long head_offset, int n_block,
+                                                         const BlockPages& pages, const TileWork& w, const Params& p,
+                                                         int lane) {
+    constexpr int kRowBytesUsed = kCols * Cfg::kElemBytes;
+    constexpr int kColBlocks = (kRowBytesUsed + kRowBytes - 1) / kRowBytes;
+    const int chunk = lane % 8;
+#pragma unroll
+    for (int j = 0; j < kPageRegs; ++j) {
+#pragma unroll 1
+      for (int i = 0; i < 8; ++i) {
+        const int r = 32 * j + 4 * i + lane / 8;
+        if (32 * j + 4 * i >= Cfg::kBlockN) break;  // the same for every lane (block_n is a multiple of 16)
+        const int page = __shfl_sync(0xffffffffu, pages.page[j], r % 32);
+        const int key = n_block * Cfg::kBlockN + r;
+        const bool valid = key < w.seq.seqlen_k;
+        const char* row = valid ? base + page * stride_page + (key % p.page_size) * stride_row + head_offset : base;
+        const uint32_t row_dst = dst + r * kRowBytes + ((chunk ^ (r & 7)) << 4);
+#pragma unroll
+        for (int c = 0; c < kColBlocks; ++c) {
+          const int byte = c * kRowBytes + chunk * 16;
+          const bool copy = valid && byte < kRowBytesUsed;
+          cp_async_16(row_dst + c * Cfg::kBlockN * kRowBytes, copy ? row + byte : base, copy ? 16u : 0u);
+        }
+      }
+    }
+  }
+
+  /// paged_gather: signals a stage full once this lane's copies into it are complete, one group late, so that the
+  /// copies of two stages are in flight: issued() closes the group just issued and signals the one before it
+  /// (cp.async.wait_group 1), flush() signals the last. Each signal is the writing lane's proxy fence (wgmma reads
+  /// through the async proxy what cp.async wrote through the generic one) and its arrival (32 per stage).
+  struct GatherSignal {
+    uint32_t pending = 0;
+    bool any = false;
+    __device__ __forceinline__ void issued(uint32_t full_bar) {
+      cp_async_commit_group();
+      if (any) {
+        cp_async_wait_group<1>();
+        fence_proxy_async_smem();
+        mbarrier_arrive(pending);
+      }
+      pending = full_bar;
+      any = true;
+    }
+    __device__ __forceinline__ void flush() {
+      if (any) {
+        cp_async_wait_group<0>();
+        fence_proxy_async_smem();
+        mbarrier_arrive(pending);
+        any = false;
+      }
+    }
+  };
+
+  /// K or V block n_block into a stage by the producer warp: TMA boxes (after lane 0 armed `bar` with the bytes)
+  /// or, with paged_gather, cp.async rows signalled through `signal`.
+  template <int kCols>
+  static __device__ __forceinline__ void load_block(uint32_t dst, bool is_k, uint32_t bar, int n_block,
+                                                    const TileWork& w, const Params& p, int lane,
+                                                    const BlockPages& pages, GatherSignal& signal) {
+    if constexpr (Cfg::kPagedGather) {
+      if (is_k) {
+        gather_kv_block<kCols>(dst, p.k_data, p.k_stride_page, p.k_stride_row, w.tile.kv_head * p.k_stride_head,
+                               n_block, pages, w, p, lane);
+      } else {
+        gather_kv_block<kCols>(dst, p.v_data, p.v_stride_page, p.v_stride_row, w.tile.kv_head * p.v_stride_head,
+                               n_block, pages, w, p, lane);
+      }
+      signal.issued(bar);
+    } else {
+      load_kv_block<kCols>(dst, is_k ? &p.tm_k : &p.tm_v, bar, n_block, w, p, lane, pages.page[0]);
+    }
+  }
+
+  /// Lane 0's wait for a free stage, and with TMA its arming of the full barrier with the stage's bytes.
+  static __device__ __forceinline__ void acquire_stage(uint32_t empty_bar, uint32_t phase, uint32_t full_bar,
+                                                       uint32_t bytes, int lane) {
+    if (lane == 0) {
+      mbarrier_wait(empty_bar, phase ^ 1u);
+      if constexpr (!Cfg::kPagedGather) mbarrier_arrive_expect_tx(full_bar, bytes);
+    }
+    __syncwarp();
+  }
+
   /// Producer: one warp (lane 0 waits, arms the barriers and issues the loads; with paged_kv every lane loads the
-  /// boxes of its own page). Q once, then K and V of every visited block, last block first.
+  /// boxes of its own page, with paged_gather every lane copies rows). Q once, then K and V of every visited block,
+  /// last block first.
   static __device__ __forceinline__ void produce(const Smem& sm, const Params& p, const TileWork& w) {
     if (w.range.empty()) return;
     const int lane = threadIdx.x % 32;
     if (lane == 0) load_q(sm, &p.tm_q, w, p);
     PipelineState<Cfg::kStages> pipe;
+    GatherSignal gathered;
     for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
-      const int page = box_page(n_block, lane, w, p);
-      if (lane == 0) {
-        mbarrier_wait(sm.k_empty(pipe.stage), pipe.phase ^ 1u);
-        mbarrier_arrive_expect_tx(sm.k_full(pipe.stage), Smem::kKStageBytes);
-      }
-      __syncwarp();
-      load_kv_block<Cfg::kHeadDim>(sm.k(pipe.stage), &p.tm_k, sm.k_full(pipe.stage), n_block, w, p, lane, page);
-      if (lane == 0) {
-        mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
-        mbarrier_arrive_expect_tx(sm.v_full(pipe.stage), Smem::kVStageBytes);
-      }
-      __syncwarp();
-      load_kv_block<Cfg::kHeadDimV>(sm.v(pipe.stage), &p.tm_v, sm.v_full(pipe.stage), n_block, w, p, lane, page);
+      const BlockPages page = block_pages(n_block, lane, w, p);
+      acquire_stage(sm.k_empty(pipe.stage), pipe.phase, sm.k_full(pipe.stage), Smem::kKStageBytes, lane);
+      load_block<Cfg::kHeadDim>(sm.k(pipe.stage), true, sm.k_full(pipe.stage), n_block, w, p, lane, page, gathered);
+      acquire_stage(sm.v_empty(pipe.stage), pipe.phase, sm.v_full(pipe.stage), Smem::kVStageBytes, lane);
+      load_block<Cfg::kHeadDimV>(sm.v(pipe.stage), false, sm.v_full(pipe.stage), n_block, w, p, lane, page,
+                                 gathered);
       pipe.advance();
     }
+    gathered.flush();
   }
 
   /// e4m3 producer: the whole warpgroup. Thread 0 streams Q once and K and V (into the V load stages) of every
@@ -223,23 +342,18 @@ struct Mainloop {
     const int warp = tid / 32, lane = tid % 32;
     if (tid == 0) load_q(sm, &p.tm_q, w, p);
     PipelineState<Cfg::kStages> load_pipe, transpose_pipe;
+    GatherSignal gathered;  // paged_gather: warp 0's copies
     for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
       if (warp == 0) {  // warp 0 loads (produce() says how); all four warps transpose
-        const int page = box_page(n_block, lane, w, p);
-        if (lane == 0) {
-          mbarrier_wait(sm.k_empty(load_pipe.stage), load_pipe.phase ^ 1u);
-          mbarrier_arrive_expect_tx(sm.k_full(load_pipe.stage), Smem::kKStageBytes);
-        }
-        __syncwarp();
-        load_kv_block<Cfg::kHeadDim>(sm.k(load_pipe.stage), &p.tm_k, sm.k_full(load_pipe.stage), n_block, w, p, lane,
-                                     page);
-        if (lane == 0) {
-          mbarrier_wait(sm.v_load_empty(load_pipe.stage), load_pipe.phase ^ 1u);
-          mbarrier_arrive_expect_tx(sm.v_load_full(load_pipe.stage), Smem::kVLoadStageBytes);
-        }
-        __syncwarp();
-        load_kv_block<Cfg::kHeadDimV>(sm.v_load(load_pipe.stage), &p.tm_v, sm.v_load_full(load_pipe.stage), n_block,
-                                      w, p, lane, page);
+        const BlockPages page = block_pages(n_block, lane, w, p);
+        acquire_stage(sm.k_empty(load_pipe.stage), load_pipe.phase, sm.k_full(load_pipe.stage), Smem::kKStageBytes,
+                      lane);
+        load_block<Cfg::kHeadDim>(sm.k(load_pipe.stage), true, sm.k_full(load_pipe.stage), n_block, w, p, lane, page,
+                                  gathered);
+        acquire_stage(sm.v_load_empty(load_pipe.stage), load_pipe.phase, sm.v_load_full(load_pipe.stage),
+                      Smem::kVLoadStageBytes, lane);
+        load_block<Cfg::kHeadDimV>(sm.v_load(load_pipe.stage), false, sm.v_load_full(load_pipe.stage), n_block, w,
+                                   p, lane, page, gathered);
       }
       __syncwarp();
       if (n_block != w.range.n_block_max - 1) {
@@ -248,6 +362,7 @@ struct Mainloop {
       }
       load_pipe.advance();
     }
+    if (warp == 0) gathered.flush();
     transpose_stage(sm, transpose_pipe, warp, lane);
   }
 

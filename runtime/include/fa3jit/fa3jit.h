@@ -244,8 +244,9 @@ typedef struct fa3jit_forward_params {
   int64_t page_table_stride;  /* ELEMENTS between the rows of page_table */
   int64_t max_pages;          /* page_table's second dimension: pages per sequence */
   int64_t num_pages;          /* k's and v's first dimension: pages in the cache */
-  /* Rows (keys) per page: a multiple of 8 (the kernel's TMA boxes hold gcd(page_size, block_n) rows); another
-   * value is UNSUPPORTED naming page_size. Ignored without page_table. */
+  /* Rows (keys) per page, >= 1 (INVALID_ARGUMENT otherwise). Multiples of 8 load as TMA boxes of gcd(page_size,
+   * block_n) rows; other sizes (1, 3, ...) run the gather kernels, which copy rows with cp.async. Ignored without
+   * page_table. */
   int64_t page_size;
   /* KV splits: 0 = the heuristic (FlashAttention-3's num_splits_heuristic: splits when the grid would leave
    * SMs idle, as in decoding), 1 = none, > 1 = that many, at most 256. fa3jit_forward_params_init sets 1. A
@@ -317,8 +318,7 @@ FA3JIT_API void fa3jit_kernel_destroy(fa3jit_kernel* kernel);
  *     of range; cu_seqlens_k together with page_table; page_table without seqused_k; a misaligned index
  *     tensor, a max_seqlen_q, max_pages, num_pages or page_table_stride the layout does not allow; a workspace
  *     smaller than fa3jit_attention_workspace_size or not 16-byte aligned when the call splits;
- *   UNSUPPORTED: a dtype or head dims this build does not generate (see fa3jit_capabilities_json); a page_size
- *     that is not a multiple of 8;
+ *   UNSUPPORTED: a dtype or head dims this build does not generate (see fa3jit_capabilities_json);
  *   COMPILE_FAILED; NO_DRIVER; DRIVER (a driver call or the launch failed); CACHE; INTERNAL. */
 FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
                                                   const fa3jit_forward_params* params, void* cuda_stream);

@@ -89,7 +89,36 @@ TEST_CASE("a manifest lists the kernels its calls run, as call_spec picks them",
   const Spec prefill = call_spec(chunk, 1);
   CHECK(prefill.causal);
   CHECK(prefill.varlen_q);
+  CHECK_FALSE(prefill.paged_gather);  // 16 keys per page load as TMA boxes
   CHECK(listed.count(canonical_json(prefill).dump()) == 1);
+}
+
+TEST_CASE("page sizes that are not a multiple of 8 run the gather kernels, and the manifest lists them",
+          "[manifest]") {
+  for (int64_t page_size : {1, 3, 12, 100}) {
+    INFO("page_size " << page_size);
+    const std::set<std::string> listed = attention_specs(manifest_kernels(llama({{"page_sizes", {page_size}}})));
+    ForwardArgs decode;
+    decode.dtype = DType::kBf16;
+    decode.batch = 4;
+    decode.seqlen_q = 1;
+    decode.num_heads = 32;
+    decode.num_heads_kv = 8;
+    decode.head_dim = 128;
+    decode.causal = true;
+    decode.seqused_k = kIndex;
+    decode.page_table = kIndex;
+    decode.page_size = page_size;
+    decode.max_pages = 4096 / page_size + 1;
+    decode.page_table_stride = decode.max_pages;
+    decode.num_pages = 20000;
+    for (int splits : {1, 2}) {
+      const Spec spec = call_spec(decode, splits);
+      CHECK(spec.paged_kv);
+      CHECK(spec.paged_gather == (page_size % 8 != 0));
+      CHECK(listed.count(canonical_json(spec).dump()) == 1);
+    }
+  }
 }
 
 TEST_CASE("a manifest's variants and head dims reach the kernels", "[manifest]") {
@@ -130,7 +159,7 @@ TEST_CASE("bad manifests are errors naming the field", "[manifest]") {
   json unknown = llama();
   unknown["models"][0]["page_size"] = 16;
   CHECK_THAT(error_of(unknown), Contains("models[0].page_size") && Contains("unknown"));
-  CHECK_THAT(error_of(llama({{"page_sizes", {16, 12}}})), Contains("page_size = 12") && Contains("Llama-3.1-8B"));
+  CHECK_THAT(error_of(llama({{"page_sizes", {16, 0}}})), Contains("models[0].page_sizes") && Contains("0"));
   CHECK_THAT(error_of(llama({{"head_dim", 84}})), Contains("models[0].head_dim") || Contains("head_dim = 84"));
   CHECK_THAT(error_of(llama({{"num_heads_kv", 5}})), Contains("num_heads"));
   try {  // an argument error of a model's calls is the manifest's invalid_spec, naming the model

@@ -354,7 +354,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -364,11 +364,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -855,6 +855,21 @@ TEST_CASE("serving layout fields: defaults, combinations and their messages", "[
   CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "quant": "per_block", "varlen_q": true})"),
                     Contains("\"per_block\" is not allowed with varlen_q"));
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "split_kv": 1})"), Contains("split_kv"));
+  // paged_gather: how pages are loaded, so only with paged_kv; its own kernel name and summary.
+  const Spec g = parse(R"({"dtype": "bf16", "head_dim": 128, "paged_kv": true, "paged_gather": true})");
+  CHECK(g.paged_gather);
+  CHECK_FALSE(d.paged_gather);
+  CHECK(af::name_token(g) == "bf16_d128_full_pagedgather");
+  CHECK_THAT(af::spec_summary(g), Contains("paged(gather)"));
+  CHECK(af::canonical_string(g) != af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 128, "paged_kv": true})")));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "paged_gather": true})"),
+                    Contains("\"paged_gather\": true needs \"paged_kv\": true"));
+  // The gather producer gets 40 registers beside two consumer warpgroups (24 spilled), from the same pool.
+  const af::KernelConfig gc = af::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "varlen_q": true,
+      "paged_kv": true, "paged_gather": true})"));
+  REQUIRE(gc.spec.consumer_warpgroups == 2);
+  CHECK(gc.producer_registers == 40);
+  CHECK(gc.consumer_registers == 232);
   // The decode tile: one consumer warpgroup of 64 rows.
   af::Layout decode;
   decode.pack_gqa = decode.split_kv = decode.short_q = true;

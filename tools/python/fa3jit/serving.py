@@ -241,9 +241,8 @@ def _kv_layout(k: Any, v: Any, names: Tuple[str, str], batch: int, head_dim: int
         _rank(v, vn, layout.replace("head_dim)", "head_dim_v)"))
         kv.page_table = _index_tensor(page_table, "page_table", "(batch, max_pages_per_sequence)", (batch, None))
         kv.num_pages, kv.page_size = k.shape[0], k.shape[1]
-        if kv.page_size < 1 or kv.page_size % 8:
-            raise ValueError(f"page_size ({kn}.shape[1]) is {kv.page_size}; fa3jit supports page sizes that are "
-                             f"positive multiples of 8")
+        if kv.page_size < 1:
+            raise ValueError(f"page_size ({kn}.shape[1]) is {kv.page_size}; expected at least one key per page")
         kv.max_pages = kv.page_table.shape[1]
         kv.page_table_stride = kv.page_table.stride(0)
         kv.capacity = kv.max_pages * kv.page_size
@@ -444,7 +443,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
       k, v          one of
                       (total_k, num_heads_kv, head_dim[_v])             with cu_seqlens_k (batch + 1,) int32;
                       (num_pages, page_size, num_heads_kv, head_dim[_v]) with page_table (batch, max_pages) int32
-                                                                        and seqused_k; page_size a multiple of 8;
+                                                                        and seqused_k; any page_size;
                       (batch, seqlen_k, num_heads_kv, head_dim[_v])     with neither (dense)
       seqused_k     (batch,) torch.int32: keys of each sequence attended (<= its capacity); None = all of them
                     (required with page_table)
@@ -549,7 +548,8 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
                      cu_seqlens_q (batch + 1,) torch.int32 (then max_seqlen_q as in flash_attn_varlen_func)
       k_cache, v_cache
                      (batch, seqlen_cache, num_heads_kv, head_dim[_v]), or with page_table
-                     (num_pages, page_size, num_heads_kv, head_dim[_v]), page_size a multiple of 8
+                     (num_pages, page_size, num_heads_kv, head_dim[_v]), any page_size (multiples of 8
+                     load as TMA boxes, others row by row)
       page_table     (batch, max_pages) torch.int32 page indices, last dimension contiguous; key j of sequence b
                      is row j % page_size of page page_table[b, j // page_size]; entries past a sequence's pages
                      may hold anything
