@@ -11,8 +11,11 @@ seqlen_k), random normal inputs. Cells (batch, seqlen_k, num_heads / num_heads_k
 Columns:
   fa3jit       fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=..., causal=True): contiguous
                (batch, seqlen_k, num_heads_kv, head_dim) caches, num_splits=0 (its heuristic), pack_gqa=None
-  fa3jit p16   the same cache as a pool of 16-row pages in shuffled order behind page_table=
+  fa3jit p1    the same cache as a pool of 1-row pages in shuffled order behind page_table= (the gather kernels:
+               the producer copies rows with cp.async)
+  fa3jit p16   the same with 16-row pages (TMA boxes of 16 rows)
   fa3jit p64   the same with 64-row pages
+  fa3jit p128  the same with 128-row pages
   FA3          FlashAttention-3's flash_attn_with_kvcache of the `fa3-fwd` wheel (fa3_fwd_interface; --fa3-site,
                default $FA3_SITE else /tmp/site, is put on sys.path first) on the contiguous caches, num_splits
                auto; where the wheel has no such function, its op torch.ops.fa3_fwd.fwd with seqused_k=
@@ -58,11 +61,12 @@ HEAD_DIM = 128
 CELLS = [(64, 8192, 32, 8), (256, 4096, 32, 8), (8, 32768, 64, 8), (1, 131072, 32, 8),
          (1, 1024, 32, 8), (16, 1024, 32, 8), (1, 4096, 32, 8), (16, 4096, 32, 8)]
 QUICK_CELLS = [(16, 4096, 32, 8), (64, 8192, 32, 8)]
-FA3JIT_COLUMNS = ("fa3jit", "fa3jit_p16", "fa3jit_p64")
+FA3JIT_COLUMNS = ("fa3jit", "fa3jit_p1", "fa3jit_p16", "fa3jit_p64", "fa3jit_p128")
 PEERS = ("fa3", "cudnn")
 COLUMNS = FA3JIT_COLUMNS + PEERS
-NAMES = {"fa3jit": "fa3jit", "fa3jit_p16": "fa3jit p16", "fa3jit_p64": "fa3jit p64", "fa3": "FA3", "cudnn": "cuDNN"}
-PAGE_SIZES = {"fa3jit_p16": 16, "fa3jit_p64": 64}
+NAMES = {"fa3jit": "fa3jit", "fa3jit_p1": "fa3jit p1", "fa3jit_p16": "fa3jit p16", "fa3jit_p64": "fa3jit p64",
+         "fa3jit_p128": "fa3jit p128", "fa3": "FA3", "cudnn": "cuDNN"}
+PAGE_SIZES = {"fa3jit_p1": 1, "fa3jit_p16": 16, "fa3jit_p64": 64, "fa3jit_p128": 128}
 MAX_ABS_DIFF = 2e-2
 HOST_COST_CELL = (1, 256, 32, 8)
 HOST_COST_CALLS = 2000
