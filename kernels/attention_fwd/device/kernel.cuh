@@ -84,7 +84,7 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (SmemLayout<Cfg>::kTransposeV) {
       Mainloop<Cfg>::produce_transposing(sm, params, w);
-    } else if (threadIdx.x < 32) {
+    } else if (threadIdx.x < 32 * (Cfg::kPagedGather ? Mainloop<Cfg>::kGatherWarps : 1)) {
       Mainloop<Cfg>::produce(sm, params, w);
     }
   } else {

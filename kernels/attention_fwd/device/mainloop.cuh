@@ -68,9 +68,9 @@ struct Mainloop {
 
   /// Initialises the barriers (one thread); the caller fences and synchronises the CTA afterwards.
   static __device__ __forceinline__ void init_barriers(const Smem& sm) {
-    // A loaded stage is full after lane 0's arrive_expect_tx and the TMA bytes, or, with paged_gather, once each of
-    // the producer warp's 32 lanes has arrived after its own copies (GatherSignal).
-    constexpr uint32_t kLoadArrivals = Cfg::kPagedGather ? 32 : 1;
+    // A loaded stage is full after lane 0's arrive_expect_tx and the TMA bytes, or, with paged_gather, once each
+    // thread of the gather warps has arrived after its own copies (GatherSignal).
+    constexpr uint32_t kLoadArrivals = Cfg::kPagedGather ? 32 * kGatherWarps : 1;
     mbarrier_init(sm.q_full(), 1);
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
@@ -194,22 +194,39 @@ struct Mainloop {
       tma_load_4d(dst + j * kRows * kRowBytes, desc, bar, kBlockCols * j, row, head, batch);
   }
 
+  /// paged_gather: the threads that copy K/V rows, whole warps of the producer warpgroup: all four for 16-bit inputs
+  /// (whose producer is otherwise one warp; one warp copies ~650 GB/s of pages of one key on an H200), warp 0 for
+  /// e4m3 (whose four warps transpose V) and beside three consumer warpgroups (whose 32 producer registers spilled
+  /// with four). Each arrives on a stage's full barrier once its copies are done (GatherSignal).
+  static constexpr int kGatherWarps = kFp8 || Cfg::kConsumerWarpgroups == 3 ? 1 : 4;
+  static constexpr int kGatherRowsPerStep = 4 * kGatherWarps;  // 8 lanes per row
+  // Warp w copies rows kGatherRowsPerStep * i + 4 w + k (k = lane / 8) of a block: kBlockN / kGatherWarps rows,
+  // whose pages its lanes look up, 32 per register.
+  static constexpr int kPageRegs = Cfg::kPagedGather ? (Cfg::kBlockN / kGatherWarps + 31) / 32 : 1;
+  static_assert(!Cfg::kPagedGather || Cfg::kBlockN % kGatherRowsPerStep == 0, "whole gather steps per block");
+
   /// The pages of one key block, looked up once for K and V: with TMA boxes the page of the lane's own box
-  /// (box_page); with paged_gather the page of row lane + 32 j of the block in page[j], so that a block's
-  /// page-table reads are in flight together, and gather_kv_block takes a row's page from its lane by a shuffle.
-  static constexpr int kPageRegs = Cfg::kPagedGather ? (Cfg::kBlockN + 31) / 32 : 1;
+  /// (box_page); with paged_gather the page of the warp's own row number lane + 32 j (gather_row) in page[j], so that
+  /// a block's page-table reads are in flight together, and gather_kv_block takes a row's page from its lane by a
+  /// shuffle.
   struct BlockPages {
     int page[kPageRegs];
   };
+  /// paged_gather: the block row of warp `warp`'s row number `n` (its rows in the order it copies them).
+  static __device__ __forceinline__ int gather_row(int n, int warp) {
+    return n / 4 * kGatherRowsPerStep + 4 * warp + n % 4;
+  }
   static __device__ __forceinline__ BlockPages block_pages(int n_block, int lane, const TileWork& w, const Params& p) {
     BlockPages b;
     if constexpr (Cfg::kPagedGather) {
+      const int warp = kGatherWarps == 1 ? 0 : static_cast<int>(threadIdx.x % 128) / 32;
       const int* pages = p.page_table + static_cast<int64_t>(w.tile.batch) * p.page_table_stride;
 #pragma unroll
       for (int j = 0; j < kPageRegs; ++j) {
-        const int key = n_block * Cfg::kBlockN + 32 * j + lane;
-        // Keys at or past seqlen_k are never read (gather_kv_block writes zeros): no lookup for them.
-        b.page[j] = key < w.seq.seqlen_k
+        const int key = n_block * Cfg::kBlockN + gather_row(32 * j + lane, warp);
+        // Keys at or past seqlen_k are never read (gather_kv_block writes zeros): no lookup for them; nor for row
+        // numbers past the warp's kBlockN / kGatherWarps rows (their key is past the block, so possibly valid).
+        b.page[j] = key < w.seq.seqlen_k && 32 * j + lane < Cfg::kBlockN / kGatherWarps
                         ? clamp_int(pages[min(key / p.page_size, p.max_pages - 1)], 0, p.num_pages - 1)
                         : 0;
       }
@@ -219,8 +236,8 @@ struct Mainloop {
     return b;
   }
 
-  /// paged_gather: the producer warp's 32 lanes copy K or V block n_block row by row with cp.async, 8 lanes per row
-  /// (lane % 8 is the 16-byte chunk in each 128-byte column block) and 4 rows per step, into the layout TMA writes:
+  /// paged_gather: the gather warps copy K or V block n_block row by row with cp.async, 8 lanes per row (lane % 8 is
+  /// the 16-byte chunk in each 128-byte column block), kGatherRowsPerStep rows per step, into the layout TMA writes:
   /// column block c at dst + c * block_n * 128, row r at r * 128, chunk k at ((k ^ (r & 7)) << 4) (128-byte swizzle;
   /// hopper/swizzle.cuh), zeros past the row's kCols columns. Key j of the sequence is row j % page_size of page
   /// page_table[batch][j / page_size] (`pages`: block_pages, which clamps the slot to max_pages and the page into
@@ -234,13 +251,15 @@ struct Mainloop {
     constexpr int kRowBytesUsed = kCols * Cfg::kElemBytes;
     constexpr int kColBlocks = (kRowBytesUsed + kRowBytes - 1) / kRowBytes;
     const int chunk = lane % 8;
+    const int warp = kGatherWarps == 1 ? 0 : static_cast<int>(threadIdx.x % 128) / 32;
 #pragma unroll
     for (int j = 0; j < kPageRegs; ++j) {
 #pragma unroll 1
       for (int i = 0; i < 8; ++i) {
-        const int r = 32 * j + 4 * i + lane / 8;
-        if (32 * j + 4 * i >= Cfg::kBlockN) break;  // the same for every lane (block_n is a multiple of 16)
-        const int page = __shfl_sync(0xffffffffu, pages.page[j], r % 32);
+        const int n = 32 * j + 4 * i + lane / 8;  // the warp's row number: its page is in lane n % 32, register j
+        if (32 * j + 4 * i >= Cfg::kBlockN / kGatherWarps) break;  // the same for every lane
+        const int page = __shfl_sync(0xffffffffu, pages.page[j], n % 32);
+        const int r = gather_row(n, warp);
         const int key = n_block * Cfg::kBlockN + r;
         const bool valid = key < w.seq.seqlen_k;
         const char* row = valid ? base + page * stride_page + (key % p.page_size) * stride_row + head_offset : base;
@@ -302,7 +321,8 @@ struct Mainloop {
     }
   }
 
-  /// Lane 0's wait for a free stage, and with TMA its arming of the full barrier with the stage's bytes.
+  /// Lane 0's wait for a free stage (of each gather warp with paged_gather), and with TMA its arming of the full
+  /// barrier with the stage's bytes.
   static __device__ __forceinline__ void acquire_stage(uint32_t empty_bar, uint32_t phase, uint32_t full_bar,
                                                        uint32_t bytes, int lane) {
     if (lane == 0) {
@@ -313,12 +333,12 @@ struct Mainloop {
   }
 
   /// Producer: one warp (lane 0 waits, arms the barriers and issues the loads; with paged_kv every lane loads the
-  /// boxes of its own page, with paged_gather every lane copies rows). Q once, then K and V of every visited block,
-  /// last block first.
+  /// boxes of its own page), or with paged_gather the kGatherWarps warps of the producer warpgroup, every lane of
+  /// which copies rows. Q once, then K and V of every visited block, last block first.
   static __device__ __forceinline__ void produce(const Smem& sm, const Params& p, const TileWork& w) {
     if (w.range.empty()) return;
     const int lane = threadIdx.x % 32;
-    if (lane == 0) load_q(sm, &p.tm_q, w, p);
+    if (threadIdx.x % 128 == 0) load_q(sm, &p.tm_q, w, p);
     PipelineState<Cfg::kStages> pipe;
     GatherSignal gathered;
     for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
