@@ -564,13 +564,8 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     the heuristic, True / False. window_size, softcap and sinks as in flash_attn_varlen_func. All tensors on one
     CUDA device; runs asynchronously on torch's current stream.
     Forward only; not a torch op yet (under torch.compile the call is a graph break).
-    FP8 KV cache (FlashAttention-3's arguments): k and v torch.float8_e4m3fn with k_descale, v_descale per_head,
-    (batch, num_heads_kv) float32 (stride-0 views allowed: that is how a per-tensor scale is passed), one element,
-    or None (1); the real keys are k * k_descale. q either torch.float8_e4m3fn with q_descale likewise, or
-    torch.float16 / torch.bfloat16, quantised to e4m3 in the call (q_descale None: amax / 448 per KV head over
-    the whole q; or one float32 element, a static scale: q / q_descale). out is torch.bfloat16 unless an fp16 out
-    is given. Per-block descales are for dense tensors (fa3jit.flash_attn_func). FP8 is the e4m3 kernel of
-    fa3jit.flash_attn_func (FA3 paper §3.3): both GEMMs in FP8, P in e4m3, fp32 accumulation.
+    FP8 KV cache (k_cache and v_cache torch.float8_e4m3fn with q_descale, k_descale, v_descale) as in
+    flash_attn_varlen_func.
 
     Returns out, or (out, lse) when return_lse (or FlashAttention-3's return_softmax_lse): lse float32
     (batch, num_heads, seqlen_q), or (num_heads, total_q) with cu_seqlens_q; natural log.
