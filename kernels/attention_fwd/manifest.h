@@ -13,7 +13,8 @@
 //                "softcap": false, "sinks": false,         whether the calls pass a softcap / sink logits
 //                "kv": ["packed", "paged"],                K/V layouts the server passes: packed (cu_seqlens_k),
 //                                                          paged (page_table), dense (batch, capacity, ...)
-//                "page_sizes": [16],                       with "paged"; multiples of 8
+//                "page_sizes": [16],                       with "paged"; any >= 1 (other than multiples of 8:
+//                                                          the gather kernels)
 //                "decode_queries": [1]}]}                  query tokens per sequence of a decode step
 //                                                          (1; more for speculative verification)
 // Each model gives the calls of a prefill (packed q over each K/V layout, a chunked prefill when paged) and of a
@@ -42,7 +43,7 @@ struct ManifestKernel {
 };
 
 /// The distinct kernels of a manifest document, in a stable order. Throws Error(kInvalidSpec) for a bad manifest
-/// and the argument errors of forward (e.g. kUnsupported for a page size TMA cannot load) naming the model.
+/// and the argument errors of forward (e.g. kUnsupported for head dims with no kernel) naming the model.
 std::vector<ManifestKernel> manifest_kernels(const nlohmann::json& manifest);
 
 /// Compiles every kernel of the manifest into the runtime's cubin cache (memory and disk), so later calls only

@@ -36,7 +36,7 @@
 //   paged_kv            k and v in pages (num_pages, page_size, num_heads_kv, d) through a page table
 //                       (exclusive with varlen_k), loaded as TMA boxes of gcd(page_size, block_n) rows: page
 //                       sizes that are multiples of 8
-//   paged_gather        with paged_kv: the producer warp copies K/V rows with cp.async instead (any page size,
+//   paged_gather        with paged_kv: the producer warps copy K/V rows with cp.async instead (any page size,
 //                       1 and 3 included); the runtime takes it for page sizes no TMA box fits
 //   pack_gqa            the query heads of one KV head share an M tile (rows = queries x group): a decode
 //                       step fills the tile with one token x the group; not with quant per_block

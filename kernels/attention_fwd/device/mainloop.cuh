@@ -1,7 +1,7 @@
 // The FA3 mainloop: a producer warp streams Q once and K/V blocks through a `stages`-deep mbarrier
 // ring by TMA; each consumer warpgroup computes S = Q.K^T (wgmma, both operands in shared memory), masks,
 // runs the online softmax, and accumulates O += P.V (wgmma with P from registers, V from shared memory).
-// With paged_gather the producer warp copies K/V rows with cp.async instead (page sizes no TMA box fits).
+// With paged_gather the producer warps copy K/V rows with cp.async instead (page sizes no TMA box fits).
 // KV blocks are visited from the last to the first, so the masked blocks (seqlen_k tail, causal diagonal)
 // come first and the steady state runs mask-free; a sliding window's left edge comes last, masked again (FA3
 // paper §3; docs/kernel-design.md §6).
@@ -277,7 +277,7 @@ struct Mainloop {
   /// paged_gather: signals a stage full once this lane's copies into it are complete, one group late, so that the
   /// copies of two stages are in flight: issued() closes the group just issued and signals the one before it
   /// (cp.async.wait_group 1), flush() signals the last. Each signal is the writing lane's proxy fence (wgmma reads
-  /// through the async proxy what cp.async wrote through the generic one) and its arrival (32 per stage).
+  /// through the async proxy what cp.async wrote through the generic one) and its arrival (32 x kGatherWarps per stage).
   struct GatherSignal {
     uint32_t pending = 0;
     bool any = false;

@@ -25,7 +25,7 @@
  *
  * Errors: every function that can fail returns an fa3jit_status; FA3JIT_OK (0) is success. On failure a
  * message naming the argument or spec field, the offending value and what is allowed is kept per thread
- * and read with fa3jit_last_error(). The status values equal fa3jit::ErrorCode (generator/error.h) 1:1.
+ * and read with fa3jit_last_error(). The status values equal fa3jit::ErrorCode (core/error.h) 1:1.
  *
  * Threads: a runtime may be shared by any number of threads (compilation of one kernel happens once per
  * process even when many threads ask for it at once). Create and destroy it once per process.
@@ -180,7 +180,8 @@ typedef struct fa3jit_scale {
  * The index tensors are int32 in device memory, read by the GPU only: the kernel clamps their values into the
  * tensors given (a length past its tensor, a page outside [0, num_pages)), so no value makes it read or write
  * outside them, and a wrong value gives a wrong answer for its own sequence only. They are not checked on the
- * host (that would need a synchronisation).
+ * host (that would need a synchronisation), except with FA3JIT_CHECK_INDICES=1 in the environment: each call
+ * then synchronises and reports the first bad value (kernels/attention_fwd/index_check.h).
  * Split-KV and GQA packing: num_splits > 1 (or 0, the heuristic, when it picks more than one) cuts each row
  * block's keys into ranges run by separate CTAs, whose fp32 partials go to `workspace` and are merged by the
  * combine kernel that the call launches itself, on the same stream: size the workspace with
@@ -470,7 +471,7 @@ FA3JIT_API fa3jit_status fa3jit_compile_spec(fa3jit_runtime* runtime, const char
  * compile instead of starting its own. Needs no GPU. *compiled (may be NULL) receives the number of kernels that
  * were not in the cache yet.
  * Errors: INVALID_ARGUMENT (runtime or manifest_json NULL); INVALID_SPEC (a bad manifest, naming the field);
- *   UNSUPPORTED (e.g. a page size the kernels cannot load); COMPILE_FAILED; CACHE; INTERNAL. */
+ *   UNSUPPORTED (e.g. head dims this build does not generate); COMPILE_FAILED; CACHE; INTERNAL. */
 FA3JIT_API fa3jit_status fa3jit_warm_manifest(fa3jit_runtime* runtime, const char* manifest_json, size_t* compiled);
 
 /* Fills *out (struct_size set by the caller) with what a kernel handle holds.
