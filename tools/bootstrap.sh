@@ -105,6 +105,8 @@ fi
 stage "unit tests" "$build/fa3jit_tests"
 # Launch-argument validation against the fake CUDA driver (tests/fake_driver), found before any real one.
 stage "fake-driver tests" env LD_LIBRARY_PATH="$build/fake_driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$build/tests/fake_driver/fa3jit_fake_driver_tests"
+# The same with two fake devices: calls alternating between devices, from one thread and from two.
+stage "fake-driver two devices" env FAKE_CUDA_DEVICES=2 LD_LIBRARY_PATH="$build/fake_driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$build/tests/fake_driver/fa3jit_fake_driver_tests" "[multi_device]"
 stage "python tests" env FA3JIT_LIBRARY="$build/libfa3jit.so" $python -m pytest -q -p no:cacheprovider "$root/tests/python"
 # The Python wheel: `pip wheel` of the repository (library only, tests off), installed into a fresh venv and
 # used there without torch or a GPU (tests/python/wheel/run.sh; about a minute on two cores, the library build).
@@ -126,6 +128,7 @@ stage "no-libcuda (no-as-needed)" no_libcuda "$san/libfa3jit.so" "$san/fa3jit_te
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 stage "ASan+UBSan unit tests" "$san/fa3jit_tests"
 stage "ASan+UBSan fake-driver" env LD_LIBRARY_PATH="$san/fake_driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$san/tests/fake_driver/fa3jit_fake_driver_tests"
+stage "ASan+UBSan two devices" env FAKE_CUDA_DEVICES=2 LD_LIBRARY_PATH="$san/fake_driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$san/tests/fake_driver/fa3jit_fake_driver_tests" "[multi_device]"
 stage "fuzz (${FUZZ_SECONDS:-60} s per harness)" env FUZZ_BUILD_DIR="$san" JOBS="$jobs" "$root/tools/fuzz.sh" all "${FUZZ_SECONDS:-60}"
 
 echo

@@ -1,13 +1,18 @@
 // A fake CUDA driver, built as libcuda.so.1, for testing the launch path on machines without a GPU.
 //
-// It implements cuGetProcAddress_v2 and every entry point runtime/driver.cpp resolves, for one device
-// (ordinal 0) with one primary context. Allocations get fake device addresses that are never dereferenced;
-// cuPointerGetAttribute answers from the allocation table, cuTensorMapEncodeTiled applies the documented
-// parameter rules (cuda.h), and cuLaunchKernelEx records what would reach the GPU (fake_cuda.h).
+// It implements cuGetProcAddress_v2 and every entry point runtime/driver.cpp resolves, for FAKE_CUDA_DEVICES
+// devices (environment, 1 to 8, default 1), each with one primary context; device d has 132 - 18 d SMs, so a
+// value taken from the wrong device shows. Allocations get fake device addresses that are never dereferenced and
+// belong to the device of the context current at cuMemAlloc; cuPointerGetAttribute answers from the allocation
+// table, cuTensorMapEncodeTiled applies the documented parameter rules (cuda.h), and cuLaunchKernelEx records what
+// would reach the GPU (fake_cuda.h). As the real driver, it refuses a launch whose function was fetched in another
+// context than the current one, on a stream of another context, or with more dynamic shared memory than the
+// function's MAX_DYNAMIC_SHARED_SIZE_BYTES attribute allows.
 #include "fake_cuda.h"
 
 #include <cuda.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -19,6 +24,7 @@ namespace {
 
 struct Allocation {
   uint64_t start, size;
+  int device;
 };
 
 struct EncodedMap {
@@ -45,9 +51,37 @@ uint64_t param_bytes_of(const std::string& kernel_name) {
 }
 
 // Opaque handles: distinct non-null values, never dereferenced by the runtime.
-CUcontext const kContext = reinterpret_cast<CUcontext>(0xc0);
+constexpr int kMaxDevices = 8;
+CUcontext context_of(int device) { return reinterpret_cast<CUcontext>(static_cast<uintptr_t>(0xc0 + 0x10 * device)); }
 CUlibrary const kLibrary = reinterpret_cast<CUlibrary>(0x11b);
 thread_local CUcontext t_current = nullptr;
+std::map<uint64_t, int> g_function_smem;  // CUfunction -> its MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+int device_count() {
+  static const int n = [] {
+    const char* v = std::getenv("FAKE_CUDA_DEVICES");
+    const int k = v ? std::atoi(v) : 1;
+    return k < 1 ? 1 : k > kMaxDevices ? kMaxDevices : k;
+  }();
+  return n;
+}
+// The device of a context, -1 for an unknown one.
+int device_of(CUcontext c) {
+  for (int d = 0; d < device_count(); ++d)
+    if (c == context_of(d)) return d;
+  return -1;
+}
+int current_device() { return t_current ? device_of(t_current) : -1; }
+// Streams made by cuStreamCreate carry their device; any other handle counts as the current context's.
+CUstream stream_of(int device) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(0x5e00 + device)); }
+int stream_device(CUstream s) {
+  const auto h = reinterpret_cast<uintptr_t>(s);
+  return h >= 0x5e00 && h < 0x5e00 + kMaxDevices ? static_cast<int>(h - 0x5e00) : current_device();
+}
+// A CUfunction is its kernel's index (1-based) and the device of the context it was fetched in.
+CUfunction function_handle(uintptr_t kernel_index, int device) {
+  return reinterpret_cast<CUfunction>(kernel_index | (static_cast<uintptr_t>(device) << 32));
+}
 
 const Allocation* find_allocation(uint64_t address) {  // caller holds g_mu
   auto it = g_allocations.upper_bound(address);
@@ -81,23 +115,23 @@ CUresult fake_cuGetErrorString(CUresult r, const char** s) {
 }
 
 CUresult fake_cuDeviceGet(CUdevice* d, int ordinal) {
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *d = 0;
+  if (ordinal < 0 || ordinal >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
   return CUDA_SUCCESS;
 }
-CUresult fake_cuDeviceGetCount(int* n) { *n = 1; return CUDA_SUCCESS; }
+CUresult fake_cuDeviceGetCount(int* n) { *n = device_count(); return CUDA_SUCCESS; }
 CUresult fake_cuDeviceGetName(char* name, int len, CUdevice d) {
-  if (d != 0 || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (d < 0 || d >= device_count() || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   std::strncpy(name, "fake sm_90a device", static_cast<size_t>(len) - 1);
   name[len - 1] = '\0';
   return CUDA_SUCCESS;
 }
 CUresult fake_cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice d) {
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
-  switch (attr) {  // an H200's values
+  if (d < 0 || d >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attr) {  // an H200's values (device 0)
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132 - 18 * d; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 232448; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
@@ -107,24 +141,25 @@ CUresult fake_cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice
 }
 
 CUresult fake_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) {
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *c = kContext;
+  if (d < 0 || d >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  *c = context_of(d);
   return CUDA_SUCCESS;
 }
 CUresult fake_cuCtxSetCurrent(CUcontext c) {
-  if (c != nullptr && c != kContext) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c != nullptr && device_of(c) < 0) return CUDA_ERROR_INVALID_CONTEXT;
   t_current = c;
   return CUDA_SUCCESS;
 }
 CUresult fake_cuCtxGetCurrent(CUcontext* c) { *c = t_current; return CUDA_SUCCESS; }
 CUresult fake_cuCtxGetDevice(CUdevice* d, CUcontext c) {
   if (c == nullptr) c = t_current;
-  if (c != kContext) return CUDA_ERROR_INVALID_CONTEXT;
-  *d = 0;
+  if (device_of(c) < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *d = device_of(c);
   return CUDA_SUCCESS;
 }
-CUresult fake_cuStreamGetCtx(CUstream, CUcontext* c, CUgreenCtx* green) {
-  *c = kContext;
+CUresult fake_cuStreamGetCtx(CUstream s, CUcontext* c, CUgreenCtx* green) {
+  const int d = stream_device(s);
+  *c = context_of(d < 0 ? 0 : d);
   if (green) *green = nullptr;
   return CUDA_SUCCESS;
 }
@@ -135,7 +170,8 @@ CUresult fake_cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
   return CUDA_SUCCESS;
 }
 CUresult fake_cuStreamCreate(CUstream* s, unsigned int) {
-  *s = reinterpret_cast<CUstream>(0x5e);
+  if (current_device() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *s = stream_of(current_device());
   return CUDA_SUCCESS;
 }
 CUresult fake_cuStreamDestroy(CUstream) { return CUDA_SUCCESS; }
@@ -154,18 +190,34 @@ CUresult fake_cuLibraryGetKernel(CUkernel* k, CUlibrary, const char* name) {
   return CUDA_SUCCESS;
 }
 CUresult fake_cuKernelGetFunction(CUfunction* f, CUkernel k) {
-  *f = reinterpret_cast<CUfunction>(k);  // same index: the launch can name its kernel
+  // The kernel's index, so that the launch can name its kernel, and the current context's device.
+  if (current_device() < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *f = function_handle(reinterpret_cast<uintptr_t>(k), current_device());
   return CUDA_SUCCESS;
 }
-CUresult fake_cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
+CUresult fake_cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int value) {
+  if (attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_function_smem[reinterpret_cast<uint64_t>(f)] = value;
+  }
+  return CUDA_SUCCESS;
+}
 CUresult fake_cuFuncGetAttribute(int* value, CUfunction_attribute, CUfunction) { *value = 0; return CUDA_SUCCESS; }
 
 CUresult fake_cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   if (c == nullptr || params == nullptr || extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
-  const auto index = reinterpret_cast<uintptr_t>(f);
+  const auto index = reinterpret_cast<uintptr_t>(f) & 0xffffffffu;
+  const int device = static_cast<int>(reinterpret_cast<uintptr_t>(f) >> 32);
   if (index == 0 || index > g_kernel_names.size()) return CUDA_ERROR_INVALID_VALUE;
+  // A function belongs to the context it was fetched in; so does a created stream.
+  if (device != current_device() || stream_device(c->hStream) != device) return CUDA_ERROR_INVALID_HANDLE;
+  const auto smem = g_function_smem.find(reinterpret_cast<uint64_t>(f));
+  if (c->sharedMemBytes > 48 * 1024 &&
+      (smem == g_function_smem.end() || c->sharedMemBytes > static_cast<unsigned>(smem->second)))
+    return CUDA_ERROR_INVALID_VALUE;
   FakeCudaLaunch r{};
+  r.device = device;
   r.grid[0] = c->gridDimX, r.grid[1] = c->gridDimY, r.grid[2] = c->gridDimZ;
   r.block[0] = c->blockDimX, r.block[1] = c->blockDimY, r.block[2] = c->blockDimZ;
   r.shared_mem_bytes = c->sharedMemBytes;
@@ -239,7 +291,7 @@ CUresult fake_cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdevi
   const Allocation* a = find_allocation(ptr);
   if (a == nullptr) return CUDA_ERROR_INVALID_VALUE;  // like a host pointer unknown to the driver
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = a->device; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = a->start; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = a->size; return CUDA_SUCCESS;
     default: return CUDA_ERROR_INVALID_VALUE;
@@ -261,7 +313,7 @@ CUresult fake_cuMemAlloc(CUdeviceptr* ptr, size_t bytes) {
   const uint64_t start = g_next_address;
   // 256-byte aligned like the real allocator, with a gap so no two allocations touch.
   g_next_address += (bytes + 255) / 256 * 256 + 4096;
-  g_allocations[start] = {start, bytes};
+  g_allocations[start] = {start, bytes, current_device() < 0 ? 0 : current_device()};
   *ptr = start;
   return CUDA_SUCCESS;
 }
@@ -343,6 +395,23 @@ __attribute__((visibility("default"))) int fake_cuda_last_launch(FakeCudaLaunch*
 __attribute__((visibility("default"))) uint64_t fake_cuda_alloc(uint64_t bytes) {
   CUdeviceptr p = 0;
   return fake_cuMemAlloc(&p, bytes) == CUDA_SUCCESS ? p : 0;
+}
+
+__attribute__((visibility("default"))) uint64_t fake_cuda_alloc_on(int device, uint64_t bytes) {
+  if (device < 0 || device >= device_count() || bytes == 0) return 0;
+  std::lock_guard<std::mutex> lock(g_mu);
+  const uint64_t start = g_next_address;
+  g_next_address += (bytes + 255) / 256 * 256 + 4096;
+  g_allocations[start] = {start, bytes, device};
+  return start;
+}
+
+__attribute__((visibility("default"))) int fake_cuda_device_count() { return device_count(); }
+
+__attribute__((visibility("default"))) int fake_cuda_make_current(int device) {
+  if (device < 0 || device >= device_count()) return 0;
+  t_current = context_of(device);
+  return 1;
 }
 
 }  // extern "C"

@@ -22,6 +22,7 @@ struct FakeCudaLaunch {
   uint64_t tensor_map_strides[4][3];  // bytes
   uint32_t tensor_map_box[4][4];
   unsigned programmatic_serialization;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION's value, 0 without it
+  int device;                     // the device of the function's (and the current) context
 };
 
 /// How many bytes of kernel argument 0 the next launches record (the launched family's sizeof(Params);
@@ -38,7 +39,17 @@ int fake_cuda_launch(int n, FakeCudaLaunch* out);
 /// A copy of the last launch; returns the number of launches so far (0: `out` untouched).
 int fake_cuda_last_launch(FakeCudaLaunch* out);
 
-/// Fake device address of a new allocation of `bytes` on device 0 (same as cuMemAlloc), 0 on failure.
+/// Fake device address of a new allocation of `bytes` (same as cuMemAlloc: on the current context's device, device
+/// 0 without one), 0 on failure.
 uint64_t fake_cuda_alloc(uint64_t bytes);
+
+/// The same on `device`, whatever context is current; 0 for a device the fake does not have.
+uint64_t fake_cuda_alloc_on(int device, uint64_t bytes);
+
+/// FAKE_CUDA_DEVICES (1 to 8, default 1): how many devices the fake driver has.
+int fake_cuda_device_count();
+
+/// Makes `device`'s primary context current on the calling thread (cuCtxSetCurrent); 0 for an unknown device.
+int fake_cuda_make_current(int device);
 
 }  // extern "C"
