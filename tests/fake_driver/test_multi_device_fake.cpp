@@ -67,13 +67,23 @@ bool have_two_devices() {
   return false;
 }
 
-Runtime& runtime() {
-  static const std::string dir = [] {
+// The run's cache directory, removed at exit.
+struct TempDir {
+  std::string path;
+  TempDir() {
     char tmpl[] = "/tmp/fa3jit-fake-multi-device.XXXXXX";
-    return std::string(::mkdtemp(tmpl) != nullptr ? tmpl : "");
-  }();
-  REQUIRE(!dir.empty());
-  static Runtime rt(RuntimeOptions{dir});
+    if (::mkdtemp(tmpl) != nullptr) path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+Runtime& runtime() {
+  static TempDir dir;
+  REQUIRE(!dir.path.empty());
+  static Runtime rt(RuntimeOptions{dir.path});
   return rt;
 }
 
