@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "fake_cuda.h"
+#include "fake_support.h"
 #include "jit/driver.h"
 #include "kernels/attention_fwd/emit.h"
 #include "kernels/attention_fwd/launch.h"
@@ -28,62 +29,21 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// The fake's recorder, found in the libcuda.so.1 the runtime loaded; fails loudly on a real driver.
-int (*fake_last_launch)(FakeCudaLaunch*) = nullptr;
+using fake_support::last_launch;
+using fake_support::launch_count;
+using fake_support::params_of;
 
-void require_fake_driver() {
-  if (fake_last_launch != nullptr) return;
-  (void)driver();  // loads libcuda.so.1 (throws kNoDriver when LD_LIBRARY_PATH misses the fake's directory)
-  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  REQUIRE(handle != nullptr);
-  fake_last_launch = reinterpret_cast<int (*)(FakeCudaLaunch*)>(dlsym(handle, "fake_cuda_last_launch"));
-  INFO("the loaded libcuda.so.1 is not the fake driver; run with LD_LIBRARY_PATH=<build>/fake_driver");
-  REQUIRE(fake_last_launch != nullptr);
-  auto set_param_bytes = reinterpret_cast<void (*)(uint64_t)>(dlsym(handle, "fake_cuda_set_param_bytes"));
-  REQUIRE(set_param_bytes != nullptr);
-  set_param_bytes(sizeof(Params));  // the attention kernel's one argument
-}
-
-int launch_count() {
-  require_fake_driver();
-  return fake_last_launch(nullptr);
-}
-
-FakeCudaLaunch last_launch() {
-  FakeCudaLaunch r{};
-  REQUIRE(fake_last_launch(&r) > 0);
-  return r;
-}
-
-Params params_of(const FakeCudaLaunch& r) {
-  Params p;
-  std::memcpy(&p, r.params, sizeof(p));
-  return p;
-}
-
-// One cache directory for the whole run (kernels compile once, not once per test case), removed at exit.
-struct CacheDir {
-  std::string path;
-  CacheDir() {
-    char tmpl[] = "/tmp/fa3jit-fake-driver-test.XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path = tmpl;
-  }
-  ~CacheDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
+// One runtime on one cache directory for the whole run (kernels compile once, not once per test case).
 Runtime& runtime() {
-  static CacheDir dir;
+  static fake_support::TempDir dir("fa3jit-fake-driver-test");
   REQUIRE(!dir.path.empty());
   static Runtime rt(RuntimeOptions{dir.path});
-  require_fake_driver();
+  (void)fake_support::fake_driver();
   return rt;
 }
 
 void* device_alloc(uint64_t bytes) {
-  require_fake_driver();
+  (void)fake_support::fake_driver();
   CUdeviceptr p = 0;
   REQUIRE(driver().cuMemAlloc(&p, bytes) == CUDA_SUCCESS);
   return reinterpret_cast<void*>(p);

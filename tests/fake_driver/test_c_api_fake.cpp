@@ -16,6 +16,7 @@
 
 #include "fa3jit/fa3jit.h"
 #include "fake_cuda.h"
+#include "fake_support.h"
 #include "kernels/attention_combine/params.h"
 #include "kernels/attention_fwd/emit.h"
 #include "kernels/attention_fwd/launch.h"
@@ -28,78 +29,31 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct Fake {
-  int (*last_launch)(FakeCudaLaunch*) = nullptr;
-  uint64_t (*alloc)(uint64_t) = nullptr;
-};
-
-// The fake's functions, found in the libcuda.so.1 that the runtime loaded (after a first forward call opened
-// it) or that LD_LIBRARY_PATH gives; fails loudly on a real driver.
-const Fake& fake() {
-  static const Fake f = [] {
-    Fake r;
-    void* handle = dlopen("libcuda.so.1", RTLD_NOW);
-    INFO("libcuda.so.1 is not loadable; run with LD_LIBRARY_PATH=<build>/fake_driver");
-    REQUIRE(handle != nullptr);
-    r.last_launch = reinterpret_cast<int (*)(FakeCudaLaunch*)>(dlsym(handle, "fake_cuda_last_launch"));
-    r.alloc = reinterpret_cast<uint64_t (*)(uint64_t)>(dlsym(handle, "fake_cuda_alloc"));
-    auto set_param_bytes = reinterpret_cast<void (*)(uint64_t)>(dlsym(handle, "fake_cuda_set_param_bytes"));
-    INFO("the loaded libcuda.so.1 is not the fake driver; run with LD_LIBRARY_PATH=<build>/fake_driver");
-    REQUIRE(r.last_launch != nullptr);
-    REQUIRE(r.alloc != nullptr);
-    REQUIRE(set_param_bytes != nullptr);
-    set_param_bytes(sizeof(Params));
-    // A split call's second launch is the combine kernel, whose Params is its own (and smaller).
-    auto set_param_bytes_for =
-        reinterpret_cast<void (*)(const char*, uint64_t)>(dlsym(handle, "fake_cuda_set_param_bytes_for"));
-    REQUIRE(set_param_bytes_for != nullptr);
-    set_param_bytes_for("fa3jit_attention_combine", sizeof(fa3jit::attention_combine::Params));
-    return r;
-  }();
-  return f;
-}
-
-int launch_count() { return fake().last_launch(nullptr); }
-
-FakeCudaLaunch last_launch() {
-  FakeCudaLaunch r{};
-  REQUIRE(fake().last_launch(&r) > 0);
-  return r;
-}
-
-Params params_of(const FakeCudaLaunch& r) {
-  Params p;
-  std::memcpy(&p, r.params, sizeof(p));
-  return p;
-}
+using fake_support::last_launch;
+using fake_support::launch_count;
+using fake_support::params_of;
 
 void* device_alloc(uint64_t bytes) {
-  const uint64_t p = fake().alloc(bytes);
+  const uint64_t p = fake_support::fake_driver().alloc(bytes);
   REQUIRE(p != 0);
   return reinterpret_cast<void*>(p);
 }
 
 // One runtime on a temporary cache directory for the file (kernels compile once), removed at exit.
 struct CapiRuntime {
-  std::string dir;
+  fake_support::TempDir dir{"fa3jit-fake-capi-test"};
   fa3jit_runtime* rt = nullptr;
   CapiRuntime() {
-    char tmpl[] = "/tmp/fa3jit-fake-capi-test.XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) dir = tmpl;
-    fa3jit_runtime_options options = {sizeof(options), dir.c_str()};
-    if (fa3jit_runtime_create(&options, &rt) != FA3JIT_OK) rt = nullptr;
+    fa3jit_runtime_options options = {sizeof(options), dir.path.c_str()};
+    if (dir.path.empty() || fa3jit_runtime_create(&options, &rt) != FA3JIT_OK) rt = nullptr;
   }
-  ~CapiRuntime() {
-    fa3jit_runtime_destroy(rt);
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-  }
+  ~CapiRuntime() { fa3jit_runtime_destroy(rt); }  // before dir's destructor removes the directory
 };
 
 fa3jit_runtime* runtime() {
   static CapiRuntime r;
   REQUIRE(r.rt != nullptr);
-  (void)fake();
+  (void)fake_support::fake_driver();
   return r.rt;
 }
 
@@ -437,10 +391,7 @@ namespace qf = fa3jit::quantize_fp8;
 struct RecordQuantizeParams {
   void (*set_param_bytes)(uint64_t) = nullptr;
   RecordQuantizeParams() {
-    (void)fake();
-    set_param_bytes =
-        reinterpret_cast<void (*)(uint64_t)>(dlsym(dlopen("libcuda.so.1", RTLD_NOW), "fake_cuda_set_param_bytes"));
-    REQUIRE(set_param_bytes != nullptr);
+    set_param_bytes = fake_support::fake_driver().set_param_bytes;
     set_param_bytes(sizeof(qf::Params));
   }
   ~RecordQuantizeParams() { set_param_bytes(sizeof(Params)); }

@@ -6,21 +6,17 @@
 // compile for real with NVRTC; only the driver is fake. With one fake device every case says so and checks nothing
 // (the tests of this binary's first run, which has one).
 #include <catch2/catch.hpp>
-#include <dlfcn.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cstring>
 #include <stdexcept>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "fake_cuda.h"
+#include "fake_support.h"
 #include "jit/driver.h"
-#include "kernels/attention_combine/params.h"
 #include "kernels/attention_fwd/launch.h"
 
 using namespace fa3jit;
@@ -29,36 +25,9 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct Fake {
-  int (*device_count)() = nullptr;
-  int (*make_current)(int) = nullptr;
-  uint64_t (*alloc_on)(int, uint64_t) = nullptr;
-  int (*last_launch)(FakeCudaLaunch*) = nullptr;
-  void (*set_param_bytes)(uint64_t) = nullptr;
-};
+using fake_support::last_launch;
 
-const Fake& fake() {
-  static const Fake f = [] {
-    (void)driver();  // loads libcuda.so.1: the fake, found through LD_LIBRARY_PATH
-    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    Fake r;
-    if (handle == nullptr) return r;
-    r.device_count = reinterpret_cast<int (*)()>(dlsym(handle, "fake_cuda_device_count"));
-    r.make_current = reinterpret_cast<int (*)(int)>(dlsym(handle, "fake_cuda_make_current"));
-    r.alloc_on = reinterpret_cast<uint64_t (*)(int, uint64_t)>(dlsym(handle, "fake_cuda_alloc_on"));
-    r.last_launch = reinterpret_cast<int (*)(FakeCudaLaunch*)>(dlsym(handle, "fake_cuda_last_launch"));
-    r.set_param_bytes = reinterpret_cast<void (*)(uint64_t)>(dlsym(handle, "fake_cuda_set_param_bytes"));
-    if (r.set_param_bytes != nullptr) r.set_param_bytes(sizeof(Params));
-    // The combine kernel's argument is its own, smaller Params: record only its bytes.
-    auto set_param_bytes_for =
-        reinterpret_cast<void (*)(const char*, uint64_t)>(dlsym(handle, "fake_cuda_set_param_bytes_for"));
-    if (set_param_bytes_for != nullptr)
-      set_param_bytes_for("fa3jit_attention_combine", sizeof(fa3jit::attention_combine::Params));
-    return r;
-  }();
-  REQUIRE(f.device_count != nullptr);  // else the loaded libcuda.so.1 is not the fake driver
-  return f;
-}
+const fake_support::FakeDriver& fake() { return fake_support::fake_driver(); }
 
 // False (with a warning) when the fake has fewer than two devices: this binary's single-device run.
 bool have_two_devices() {
@@ -67,21 +36,8 @@ bool have_two_devices() {
   return false;
 }
 
-// The run's cache directory, removed at exit.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/fa3jit-fake-multi-device.XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
-
 Runtime& runtime() {
-  static TempDir dir;
+  static fake_support::TempDir dir("fa3jit-fake-multi-device");
   REQUIRE(!dir.path.empty());
   static Runtime rt(RuntimeOptions{dir.path});
   return rt;
@@ -118,16 +74,17 @@ ForwardArgs call_on(int device, bool decode, int64_t batch = 2) {
   return a;
 }
 
-FakeCudaLaunch last_launch() {
-  FakeCudaLaunch r{};
-  REQUIRE(fake().last_launch(&r) > 0);
-  return r;
-}
-
-Params params_of(const FakeCudaLaunch& r) {
-  Params p;
-  std::memcpy(&p, r.params, sizeof(p));
-  return p;
+// forward() refuses the call with kInvalidArgument and a message containing `fragment`, launching nothing.
+void expect_refused(const ForwardArgs& a, void* stream, const std::string& fragment) {
+  const int before = fake_support::launch_count();
+  try {
+    forward(runtime(), a, stream);
+    FAIL("forward accepted the call; expected an error containing \"" << fragment << "\"");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(std::string(e.what()), Contains(fragment));
+  }
+  CHECK(fake_support::launch_count() == before);
 }
 
 }  // namespace
@@ -195,21 +152,9 @@ TEST_CASE("tensors on one device with another device current, or another context
   if (!have_two_devices()) return;
   fake().make_current(0);
   const ForwardArgs on_1 = call_on(1, false);
-  try {
-    forward(runtime(), on_1, nullptr);
-    FAIL("a call with tensors on device 1 ran while device 0 was current");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::kInvalidArgument);
-    CHECK_THAT(std::string(e.what()), Contains("current CUDA context is not on q's device 1"));
-  }
+  expect_refused(on_1, nullptr, "current CUDA context is not on q's device 1");
   CUstream stream_0 = nullptr;
   REQUIRE(driver().cuStreamCreate(&stream_0, 0) == CUDA_SUCCESS);
   fake().make_current(1);
-  try {
-    forward(runtime(), on_1, stream_0);
-    FAIL("a call on device 1 accepted a stream of device 0's context");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::kInvalidArgument);
-    CHECK_THAT(std::string(e.what()), Contains("belongs to another CUDA context"));
-  }
+  expect_refused(on_1, stream_0, "belongs to another CUDA context");
 }
