@@ -40,6 +40,26 @@ std::set<std::string> attention_specs(const std::vector<ManifestKernel>& kernels
 // A call of the C++ API, shapes only (no pointer is read by call_spec).
 const int32_t kIndex[1] = {0};
 
+// A decode step of Llama-3.1-8B's heads (32/8, d128, bf16) over a paged cache of `page_size` keys per page, as
+// flash_attn_with_kvcache makes it: dense q of 1 row, `keys` keys of capacity per sequence.
+ForwardArgs paged_decode(int64_t batch, int64_t page_size, int64_t keys) {
+  ForwardArgs decode;
+  decode.dtype = DType::kBf16;
+  decode.batch = batch;
+  decode.seqlen_q = 1;
+  decode.num_heads = 32;
+  decode.num_heads_kv = 8;
+  decode.head_dim = 128;
+  decode.causal = true;
+  decode.page_table = kIndex;
+  decode.seqused_k = kIndex;
+  decode.page_size = page_size;
+  decode.max_pages = (keys + page_size - 1) / page_size;
+  decode.page_table_stride = decode.max_pages;
+  decode.num_pages = 20000;
+  return decode;
+}
+
 }  // namespace
 
 TEST_CASE("a manifest lists the kernels its calls run, as call_spec picks them", "[manifest]") {
@@ -56,21 +76,8 @@ TEST_CASE("a manifest lists the kernels its calls run, as call_spec picks them",
   }
   CHECK(combine);
 
-  // A decode step over a paged cache, as flash_attn_with_kvcache makes it: dense q of 1 row, page size 16.
-  ForwardArgs decode;
-  decode.dtype = DType::kBf16;
-  decode.batch = 64;
-  decode.seqlen_q = 1;
-  decode.num_heads = 32;
-  decode.num_heads_kv = 8;
-  decode.head_dim = 128;
-  decode.causal = true;
-  decode.page_table = kIndex;
-  decode.seqused_k = kIndex;
-  decode.page_size = 16;
-  decode.max_pages = 300;
-  decode.page_table_stride = 300;
-  decode.num_pages = 20000;
+  // A decode step over a paged cache of 16-key pages (300 pages per sequence).
+  ForwardArgs decode = paged_decode(64, 16, 4800);
   decode.num_splits = 0;
   const std::set<std::string> listed = attention_specs(kernels);
   for (int splits : {1, 2}) {
@@ -98,20 +105,7 @@ TEST_CASE("page sizes that are not a multiple of 8 run the gather kernels, and t
   for (int64_t page_size : {1, 3, 12, 100}) {
     INFO("page_size " << page_size);
     const std::set<std::string> listed = attention_specs(manifest_kernels(llama({{"page_sizes", {page_size}}})));
-    ForwardArgs decode;
-    decode.dtype = DType::kBf16;
-    decode.batch = 4;
-    decode.seqlen_q = 1;
-    decode.num_heads = 32;
-    decode.num_heads_kv = 8;
-    decode.head_dim = 128;
-    decode.causal = true;
-    decode.seqused_k = kIndex;
-    decode.page_table = kIndex;
-    decode.page_size = page_size;
-    decode.max_pages = 4096 / page_size + 1;
-    decode.page_table_stride = decode.max_pages;
-    decode.num_pages = 20000;
+    const ForwardArgs decode = paged_decode(4, page_size, 4096);
     for (int splits : {1, 2}) {
       const Spec spec = call_spec(decode, splits);
       CHECK(spec.paged_kv);
