@@ -196,3 +196,23 @@ TEST_CASE("the manifests in configs/manifests expand", "[manifest]") {
   }
   CHECK(files >= 2);
 }
+
+TEST_CASE("every kernel a manifest lists is a valid spec, for each dtype, head dim pair and page size",
+          "[manifest]") {
+  // The serving layouts change the register split (the gather producer's 40 registers) and so which tiles fit:
+  // a listed kernel the spec checks refuse would fail the server's warm-up, or its first call.
+  const std::pair<int, int> head_dims[] = {{64, 64}, {96, 96}, {128, 128}, {192, 128}, {192, 192}, {256, 256}};
+  for (const char* dtype : {"bf16", "e4m3"})
+    for (auto [head_dim, head_dim_v] : head_dims)
+      for (int64_t page_size : {1, 3, 16}) {
+        const json manifest = llama(
+            {{"dtype", dtype}, {"head_dim", head_dim}, {"head_dim_v", head_dim_v}, {"page_sizes", {page_size}}});
+        INFO(dtype << " d" << head_dim << "/" << head_dim_v << " page_size " << page_size);
+        std::vector<ManifestKernel> kernels;
+        REQUIRE_NOTHROW(kernels = manifest_kernels(manifest));
+        for (const ManifestKernel& k : kernels) {
+          INFO(k.spec.dump());
+          CHECK_NOTHROW(request_for(split_spec_document(k.spec)));
+        }
+      }
+}
