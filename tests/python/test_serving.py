@@ -446,7 +446,8 @@ def _fp8_cases():
             ("dense", "e4m3", 1, 1, 256, 1, "tensor"), ("dense", "fp16", 1, 3, 128, 8, "static"),
             ("paged16", "e4m3", "varlen", 1, 128, 4, "stride0"), ("paged64", "bf16", "varlen", 0, 64, 1, "computed"),
             ("paged128", "e4m3", 7, 1, 256, 2, "tensor"), ("paged16", "bf16", 1, 1, 96, 4, "static"),
-            ("paged3", "e4m3", 1, 0, 128, 4, "tensor"), ("paged1", "e4m3", "varlen", 1, 64, 2, "tensor")]
+            ("paged3", "e4m3", 1, 0, 128, 4, "tensor"), ("paged1", "e4m3", "varlen", 1, 64, 2, "tensor"),
+            ("paged3", "e4m3", "varlen", 0, 256, 2, "tensor"), ("paged5", "fp16", "varlen", 1, 128, 4, "computed")]
     return [pytest.param(*row, id="-".join(str(x) for x in row)) for row in rows]
 
 
@@ -493,13 +494,17 @@ def test_fp8_kv_cache(layout, q_kind, seqlen_q, num_splits, head_dim, group, sca
         k_cache, v_cache = k_pages.to(e4m3), v_pages.to(e4m3)
     cache_seqlens = torch.tensor(cache_lengths, dtype=torch.int32, device="cuda")
 
-    # q: e4m3 with per-(batch, kv head) descales, or 16-bit (the call quantises it).
+    # q: e4m3 with per-(batch, kv head) descales, or 16-bit (the call quantises it). Packed q has 3 padding rows
+    # past cu_seqlens_q[batch] (CUDA-graph bucketing), inf in a 16-bit q: a scale computed over them would zero q.
     total_q = sum(q_lengths)
-    q_shape = (total_q, NUM_HEADS, head_dim) if varlen_q else (batch, q_lengths[0], NUM_HEADS, head_dim)
+    padding = 3 if varlen_q else 0
+    q_shape = (total_q + padding, NUM_HEADS, head_dim) if varlen_q else (batch, q_lengths[0], NUM_HEADS, head_dim)
     q_real = _randn(torch, generator, torch.float32, *q_shape)
     if varlen_q:
-        batch_of_row = torch.repeat_interleave(torch.arange(batch, device="cuda"),
-                                               torch.tensor(q_lengths, device="cuda"))
+        cu_q, offsets = _cu_seqlens(torch, q_lengths)
+        batch_of_row = torch.repeat_interleave(torch.arange(batch + 1, device="cuda"),
+                                               torch.tensor(q_lengths + [padding], device="cuda"))
+        batch_of_row = batch_of_row.clamp_(max=batch - 1)  # padding rows: any sequence's descale
     if q_kind == "e4m3":
         if varlen_q:
             q_ids = batch_of_row[:, None, None] * heads_kv + (torch.arange(NUM_HEADS, device="cuda") //
@@ -512,9 +517,11 @@ def test_fp8_kv_cache(layout, q_kind, seqlen_q, num_splits, head_dim, group, sca
         q8, q_used_descale = q_in, q_descale
     else:
         q_in = q_real.to(torch.bfloat16 if q_kind == "bf16" else torch.float16)
+        if padding:
+            q_in[total_q:] = math.inf
         q_descale = torch.tensor(2.0 ** -6, device="cuda") if scales == "static" else None
         # The same quantisation the call makes; the result is compared with q below, so a wrong scale shows.
-        q8, q_used_descale = serving._quantized_q(q_in, q_descale, batch, heads_kv)
+        q8, q_used_descale = serving._quantized_q(q_in, q_descale, batch, heads_kv, cu_q if varlen_q else None)
         if scales == "computed":
             q_used_descale = q_used_descale.expand(batch, heads_kv)
         else:
@@ -524,7 +531,6 @@ def test_fp8_kv_cache(layout, q_kind, seqlen_q, num_splits, head_dim, group, sca
     kwargs = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
                   causal=True, return_lse=True)
     if varlen_q:
-        cu_q, offsets = _cu_seqlens(torch, q_lengths)
         kwargs.update(cu_seqlens_q=cu_q, max_seqlen_q=max(q_lengths))
     out = torch.full(q_shape, math.nan, device="cuda", dtype=torch.bfloat16)
     result, lse = fa3jit.flash_attn_with_kvcache(q_in, k_cache, v_cache, cache_seqlens, table, out=out, **kwargs)
@@ -538,7 +544,9 @@ def test_fp8_kv_cache(layout, q_kind, seqlen_q, num_splits, head_dim, group, sca
         dq = dq * q_used_descale[:, None, :, None, None]
     dq = dq.flatten(-3, -2)
     if q_kind != "e4m3":
-        assert (dq - q_in.float()).abs().max().item() <= 2.0 ** -4 * q_in.float().abs().max().item() + 1e-6, \
+        used = slice(0, total_q) if varlen_q else slice(None)
+        assert (dq[used] - q_in[used].float()).abs().max().item() <= \
+            2.0 ** -4 * q_in[used].float().abs().max().item() + 1e-6, \
             "the call's e4m3 q is not q within e4m3's precision"
     for b in range(batch):
         rows = slice(offsets[b], offsets[b + 1]) if varlen_q else b
@@ -568,6 +576,12 @@ def test_nothing_to_compute():
     empty = fa3jit.flash_attn_varlen_func(q[:0], q[:, :2], q[:, :2], torch.zeros(3, dtype=torch.int32,
                                                                                  device="cuda"), cu_q)
     assert empty.shape == (0, NUM_HEADS, 64)
+    if hasattr(torch, "float8_e4m3fn"):  # no query row over an FP8 cache: q's quantisation has nothing to scale
+        k8 = q[:, :2].to(torch.float8_e4m3fn)
+        for q_empty in (q[:0], q[:0].to(torch.float8_e4m3fn)):
+            empty = fa3jit.flash_attn_varlen_func(q_empty, k8, k8, torch.zeros(3, dtype=torch.int32, device="cuda"),
+                                                  cu_q)
+            assert empty.shape == (0, NUM_HEADS, 64) and empty.dtype == torch.bfloat16
 
 
 @needs_gpu

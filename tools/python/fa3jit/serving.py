@@ -117,20 +117,28 @@ def _refuse_descales(dtype: Any, names: Tuple[str, str], **descales: Any) -> Non
                              f"torch.float8_e4m3fn cache")
 
 
-def _quantized_q(q: Any, q_descale: Any, batch: int, num_heads_kv: int) -> Tuple[Any, Any]:
+def _quantized_q(q: Any, q_descale: Any, batch: int, num_heads_kv: int, cu_seqlens_q: Any) -> Tuple[Any, Any]:
     """A 16-bit q of an FP8-cache call as e4m3: (q8, q_descale). With q_descale None, one descale per KV head,
-    amax / 448 over every query row and head of its group (1 for an all-zero group), returned as a (batch,
-    num_heads_kv) view of stride 0 over the batch; with a one-element q_descale (a static
-    per-tensor scale, as serving engines keep one), q / q_descale. Values are clamped to e4m3's +-448. Costs a few
-    torch kernels on the current stream (abs-max, scale, cast) and no synchronisation; pass an e4m3 q to avoid them."""
+    amax / 448 over the used query rows and the heads of its group (1 for an all-zero or empty group; with packed
+    q, rows from cu_seqlens_q[batch] on are padding and not reduced over), returned as a (batch, num_heads_kv)
+    view of stride 0 over the batch; with a one-element q_descale (a static per-tensor scale, as serving engines
+    keep one), q / q_descale. Values are clamped to e4m3's +-448. Costs a few torch kernels on the current stream
+    (abs-max, scale, cast) and no synchronisation; pass an e4m3 q to avoid them."""
     torch = _attention._torch
     num_heads = q.shape[-2]
     if num_heads_kv < 1 or num_heads % num_heads_kv:
         raise ValueError(f"num_heads = {num_heads} (q.shape[-2]) is not a multiple of num_heads_kv = {num_heads_kv}")
     grouped = q.unflatten(-2, (num_heads_kv, num_heads // num_heads_kv))  # (..., num_heads_kv, group, head_dim)
     if q_descale is None:
-        dims = tuple(d for d in range(grouped.dim()) if d != grouped.dim() - 3)
-        amax = torch.amax(grouped.abs(), dim=dims).float()  # (num_heads_kv,)
+        magnitude = grouped.abs()
+        if cu_seqlens_q is not None:  # (total_q, num_heads_kv, group, head_dim): zero the padding rows
+            used = torch.arange(q.shape[0], device=q.device) < cu_seqlens_q[-1]
+            magnitude = magnitude.masked_fill_(~used.view(-1, 1, 1, 1), 0)
+        if magnitude.numel() == 0:  # no query row: nothing to scale (torch.amax refuses an empty reduction)
+            amax = torch.zeros(num_heads_kv, dtype=torch.float32, device=q.device)
+        else:
+            dims = tuple(d for d in range(grouped.dim()) if d != grouped.dim() - 3)
+            amax = torch.amax(magnitude, dim=dims).float()  # (num_heads_kv,)
         descale = torch.where(amax > 0, amax / _E4M3_MAX, torch.ones_like(amax))
         scale = descale.view(num_heads_kv, 1, 1)
         q_descale = descale.view(1, num_heads_kv).expand(batch, num_heads_kv)
@@ -160,6 +168,20 @@ def _fp8_fields(q: Any, descales: Tuple[Any, Any, Any], batch: int, num_heads: i
     fields = _attention._descale_fields(q, descales, batch, num_heads, num_heads_kv, 1, 1, head_dim, head_dim_v,
                                         False, None)
     return out_dtype, (out_code, *fields)
+
+
+def _fp8_call(q: Any, q_stride: Tuple[int, ...], quantize_q: bool, descales: Tuple[Any, Any, Any], batch: int,
+              num_heads: int, head_dim: int, kv: Any, cu_seqlens_q: Any,
+              out: Any) -> Tuple[Any, Tuple[int, ...], Any, Tuple[Any, ...]]:
+    """An FP8-cache call's (q, q.stride(), out's dtype, fp8 fields): q quantised first when it is 16-bit
+    (_quantized_q), then the descales and output dtype (_fp8_fields)."""
+    q_descale, k_descale, v_descale = descales
+    if quantize_q:
+        q, q_descale = _quantized_q(q, q_descale, batch, kv.num_heads_kv, cu_seqlens_q)
+        q_stride = q.stride()
+    out_dtype, fields = _fp8_fields(q, (q_descale, k_descale, v_descale), batch, num_heads, kv.num_heads_kv,
+                                    head_dim, kv.head_dim_v, out)
+    return q, q_stride, out_dtype, fields
 
 
 def _rank(t: Any, name: str, layout: str) -> None:
@@ -467,8 +489,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     (batch, num_heads_kv) float32 (stride-0 views allowed: that is how a per-tensor scale is passed), one element,
     or None (1); the real keys are k * k_descale. q either torch.float8_e4m3fn with q_descale likewise, or
     torch.float16 / torch.bfloat16, quantised to e4m3 in the call (q_descale None: amax / 448 per KV head over
-    the whole q; or one float32 element, a static scale: q / q_descale). out is torch.bfloat16 unless an fp16 out
-    is given. Per-block descales are for dense tensors (fa3jit.flash_attn_func). FP8 is the e4m3 kernel of
+    q's rows before cu_seqlens_q[batch]; or one float32 element, a static scale: q / q_descale). out is
+    torch.bfloat16 unless an fp16 out is given. Per-block descales are for dense tensors (fa3jit.flash_attn_func). FP8 is the e4m3 kernel of
     fa3jit.flash_attn_func (FA3 paper §3.3): both GEMMs in FP8, P in e4m3, fp32 accumulation.
 
     Returns out, or (out, lse) when return_lse (or FlashAttention-3's return_attn_probs): lse float32
@@ -511,11 +533,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
     out_dtype, fp8_fields = None, _NO_FP8
     if fp8:
-        if quantize_q:
-            q, q_descale = _quantized_q(q, q_descale, batch, kv.num_heads_kv)
-            q_stride = q.stride()
-        out_dtype, fp8_fields = _fp8_fields(q, (q_descale, k_descale, v_descale), batch, num_heads, kv.num_heads_kv,
-                                            head_dim, kv.head_dim_v, out)
+        q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
+                                                       batch, num_heads, head_dim, kv, cu_q, out)
     max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
     if max_seqlen_k is not None:
         max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
@@ -627,11 +646,8 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
     out_dtype, fp8_fields = None, _NO_FP8
     if fp8:
-        if quantize_q:
-            q, q_descale = _quantized_q(q, q_descale, batch, kv.num_heads_kv)
-            q_stride = q.stride()
-        out_dtype, fp8_fields = _fp8_fields(q, (q_descale, k_descale, v_descale), batch, num_heads, kv.num_heads_kv,
-                                            head_dim, kv.head_dim_v, out)
+        q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
+                                                       batch, num_heads, head_dim, kv, cu_q, out)
     if varlen_q:
         max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
     else:
