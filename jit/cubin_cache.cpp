@@ -8,11 +8,15 @@
 // The key inside the header must equal the key asked for, so an entry copied or renamed onto another key's
 // name is never served. Writers publish with write-to-temp + fsync + rename, so readers see either no file,
 // an old complete file or the new complete file; correctness across processes does not need a lock.
+// Efficiency does: processes sharing a directory (one rank per GPU, warming the same manifest at once) take an
+// exclusive flock on <dir>/.lock-<key> around a compile and read the entry again once they hold it, so each key
+// compiles once per host (CompileLock).
 #include "jit/cubin_cache.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +36,7 @@
 #include <optional>
 #include <random>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -45,6 +50,8 @@ constexpr std::string_view kEntryMagic = "FA3JITC1";
 constexpr uint32_t kEntryFormatVersion = 2;  // 2: the checksum covers the key too
 constexpr std::string_view kEntrySuffix = ".cubin-entry";
 constexpr std::string_view kTempPrefix = ".tmp-";
+constexpr std::string_view kLockPrefix = ".lock-";  // <dir>/.lock-<key>: CompileLock's file
+constexpr int kLockPollMs = 5;
 constexpr size_t kKeyHexChars = 64;
 constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 30;  // far above any cubin + PTX; guards a garbage length
 constexpr std::string_view kProbeTag = "probe";       // the write test's temp file: .tmp-probe-<pid>-<16 hex>
@@ -277,6 +284,53 @@ pid_t temp_file_writer(std::string_view name) {
 // age rule alone covers a writer's pid reused by a live process. A writer in another pid namespace sharing
 // the directory may look gone: its publish (milliseconds) would then have to stall for seconds, and even
 // then it only loses the rename and keeps the kernel in memory.
+// An exclusive flock(2) on <dir>/.lock-<key> for as long as it lives: other processes compiling the same key wait
+// for it, then find the entry published. held() is false when the file cannot be opened as a regular file, or when
+// `wait` passed with another process still holding it (a stopped or hung compile never blocks a caller for longer;
+// the caller compiles itself, which the atomic publish keeps correct). The kernel releases a flock when its holder
+// exits, crashed or not, so no lock outlives its process; the file stays (unlinking a file another process waits on
+// would let a third lock a new one), and clear() removes the unlocked ones.
+class CompileLock {
+ public:
+  CompileLock(const std::string& dir, std::string_view key, std::chrono::milliseconds wait) {
+    const std::string path = fmt::format("{}/{}{}", dir, kLockPrefix, key);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    const auto start = Clock::now();
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if ((errno != EWOULDBLOCK && errno != EINTR) || Clock::now() - start >= wait) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(kLockPollMs));
+    }
+    held_ = true;
+    waited_ms_ = ms_since(start);
+  }
+  ~CompileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the lock
+  }
+  CompileLock(const CompileLock&) = delete;
+  CompileLock& operator=(const CompileLock&) = delete;
+  bool held() const { return held_; }
+  double waited_ms() const { return waited_ms_; }
+
+ private:
+  int fd_ = -1;
+  bool held_ = false;
+  double waited_ms_ = 0.0;
+};
+
+// Removes <dir>/<name> if it is a lock file of this cache's naming that no process holds now.
+void remove_unheld_lock(const std::string& dir, const std::string& name) {
+  if (name.size() != kLockPrefix.size() + kKeyHexChars || name.compare(0, kLockPrefix.size(), kLockPrefix) != 0 ||
+      !is_valid_key(std::string_view(name).substr(kLockPrefix.size())))
+    return;
+  const std::string path = dir + "/" + name;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(path.c_str());
+  ::close(fd);
+}
+
 bool is_stale_temp(const std::string& dir, const std::string& name, time_t now) {
   const pid_t pid = temp_file_writer(name);
   if (pid == 0) return false;
@@ -508,21 +562,35 @@ CacheLookup CubinCache::get_or_compile(const std::string& key, const std::functi
   std::shared_ptr<const CompiledKernel> kernel;
   try {
     const std::string path = fmt::format("{}/{}{}", dir_, key, kEntrySuffix);
-    if (!dir_.empty()) {
-      // Read even when not persistent: a read-only directory can still serve the entries it holds.
+    // A verified entry from disk, or null (a rejected one is said once loudly per cache, then quietly).
+    auto read_entry = [&](bool say_rejected) -> std::shared_ptr<const CompiledKernel> {
       std::string bytes;
       std::string why;
       if (read_whole_file(path, &bytes, &why)) {
         if (std::optional<CompiledKernel> k = decode_entry(bytes, key, &why)) {
-          kernel = std::make_shared<const CompiledKernel>(std::move(*k));
           result.hit = true;
           result.from_disk = true;
-          log(LogLevel::kDebug, fmt::format("cache hit (disk) {:.12} {}", key, kernel->kernel_name));
+          log(LogLevel::kDebug, fmt::format("cache hit (disk) {:.12} {}", key, k->kernel_name));
+          return std::make_shared<const CompiledKernel>(std::move(*k));
         }
       }
-      if (!kernel && !why.empty()) {
+      if (say_rejected && !why.empty()) {
         log(warned_rejected_.exchange(true) ? LogLevel::kInfo : LogLevel::kWarn,
             fmt::format("cache entry {} rejected ({}); recompiling", path, why));
+      }
+      return nullptr;
+    };
+    // Read even when not persistent: a read-only directory can still serve the entries it holds.
+    if (!dir_.empty()) kernel = read_entry(true);
+    std::optional<CompileLock> lock;
+    if (!kernel && persistent_) {
+      // Another process may be compiling this key: wait for it and read what it published.
+      lock.emplace(dir_, key, compile_lock_wait_);
+      if (lock->held()) {
+        kernel = read_entry(false);
+        if (kernel && lock->waited_ms() >= 1.0)
+          log(LogLevel::kInfo, fmt::format("waited {:.0f} ms for another process compiling {:.12} {}",
+                                           lock->waited_ms(), key, kernel->kernel_name));
       }
     }
     if (!kernel) {
@@ -599,8 +667,9 @@ size_t CubinCache::clear() {
         if (::unlink(path.c_str()) == 0) ++removed;
         continue;
       }
-      // Only this cache's own temp files, and only those no live publish will rename.
+      // Only this cache's own temp files, and only those no live publish will rename; lock files no process holds.
       if (is_stale_temp(dir_, name, now)) ::unlink(path.c_str());
+      remove_unheld_lock(dir_, name);
     }
   }
   // Forget finished kernels too, so later lookups compile (and publish) again; slots with a compile in

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -59,12 +60,19 @@ class CubinCache {
   explicit CubinCache(std::string dir = {}, CacheOpen open = CacheOpen::kCreate);
 
   /// Returns the kernel for `key`: memory, then disk (verified), else calls `compile` once per key in this
-  /// process even when many threads ask at once, and publishes the result atomically.
+  /// process even when many threads ask at once, and publishes the result atomically. Processes sharing the
+  /// directory compile a key once between them: the compiling one holds an flock on <dir>/.lock-<key>, the others
+  /// wait for it (at most compile_lock_wait(), then compile themselves) and read its entry.
   CacheLookup get_or_compile(const std::string& key, const std::function<CompiledKernel()>& compile);
 
+  /// How long get_or_compile waits for another process compiling the same key (default 60 s, far above a
+  /// compile: only a stopped or hung process makes it matter).
+  std::chrono::milliseconds compile_lock_wait() const { return compile_lock_wait_; }
+  void set_compile_lock_wait(std::chrono::milliseconds wait) { compile_lock_wait_ = wait; }
+
   std::vector<CacheEntryInfo> list() const;
-  /// Removes every entry file (and stale temp files of this cache's own naming; no other file); returns how
-  /// many entries were removed.
+  /// Removes every entry file (and stale temp files and unheld lock files of this cache's own naming; no other
+  /// file); returns how many entries were removed.
   size_t clear();
   /// Whether `key`'s entry file is on disk now (a writer that could not publish keeps the kernel in memory).
   bool stored(const std::string& key) const;
@@ -81,6 +89,7 @@ class CubinCache {
   bool exists_ = false;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
+  std::chrono::milliseconds compile_lock_wait_{60000};
   std::atomic<bool> warned_rejected_{false};  // a rejected entry warns once per cache, then logs at info
 };
 

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -516,6 +517,145 @@ TEST_CASE("processes racing on a cold cache all succeed and leave one valid entr
   CHECK(r.from_disk);
   CHECK(fc.calls == 0);
   check_equal(*r.kernel, fake_kernel("k_fork", "fork"));
+}
+
+TEST_CASE("processes racing on a cold cache compile each key once between them", "[cache]") {
+  TempDir tmp;
+  TempDir counter_dir;  // one byte appended per compile, by whichever process compiles
+  const std::string counter = counter_dir.path + "/compiles";
+  const std::string key = key_for("spec-once-per-host");
+  constexpr int kChildren = 8;
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  std::vector<pid_t> children;
+  for (int i = 0; i < kChildren; ++i) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(go[1]);
+      char c;
+      while (::read(go[0], &c, 1) < 0) {}
+      int status = 3;
+      try {
+        CubinCache cache(tmp.path);
+        const CacheLookup r = cache.get_or_compile(key, [&] {
+          const int fd = ::open(counter.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+          if (fd >= 0) {
+            (void)!::write(fd, "c", 1);
+            ::close(fd);
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the others arrive meanwhile
+          return fake_kernel("k_once", "once");
+        });
+        status = r.kernel->cubin == fake_kernel("k_once", "once").cubin ? 0 : 1;
+      } catch (...) {
+        status = 2;
+      }
+      ::_exit(status);
+    }
+    children.push_back(pid);
+  }
+  ::close(go[0]);
+  ::close(go[1]);
+  int ok = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    ok += (WIFEXITED(status) && WEXITSTATUS(status) == 0) ? 1 : 0;
+  }
+  CHECK(ok == kChildren);
+  CHECK(read_bytes(counter) == "c");  // compiled once, by one process; the seven others read its entry
+  CubinCache cache(tmp.path);
+  CHECK(cache.list().size() == 1);
+  CHECK(temp_files(tmp.path).empty());
+}
+
+namespace {
+// Holds the compile lock of `key` in `dir` as another process would (flock locks belong to an open file
+// description, so a second open in this process contends with the cache's own).
+struct HeldCompileLock {
+  int fd;
+  HeldCompileLock(const std::string& dir, const std::string& key)
+      : fd(::open((dir + "/.lock-" + key).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  }
+  ~HeldCompileLock() { release(); }
+  void release() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+}  // namespace
+
+TEST_CASE("a waiter reads the entry the compile lock's holder published and compiles nothing", "[cache]") {
+  TempDir tmp;
+  const std::string key = key_for("spec-waiter");
+  HeldCompileLock other(tmp.path, key);
+  FakeCompiler waiter_compiler("k_wait", "w");
+  std::promise<CacheLookup> looked_up;
+  std::thread waiter([&] {
+    try {
+      CubinCache cache(tmp.path);
+      looked_up.set_value(cache.get_or_compile(key, waiter_compiler.fn()));
+    } catch (...) {
+      looked_up.set_exception(std::current_exception());
+    }
+  });
+  std::future<CacheLookup> result = looked_up.get_future();
+  CHECK(result.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);  // blocked on the lock
+  {
+    // The holder's compile, published as its process would (a cache that does not wait for the lock it holds).
+    CubinCache holder(tmp.path);
+    holder.set_compile_lock_wait(std::chrono::milliseconds(0));
+    FakeCompiler holder_compiler("k_wait", "w");
+    holder.get_or_compile(key, holder_compiler.fn());
+    CHECK(holder_compiler.calls == 1);
+  }
+  other.release();
+  REQUIRE(result.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  const CacheLookup r = result.get();
+  waiter.join();
+  CHECK(r.from_disk);
+  CHECK(waiter_compiler.calls == 0);
+  check_equal(*r.kernel, fake_kernel("k_wait", "w"));
+}
+
+TEST_CASE("a compile lock held past compile_lock_wait delays a caller by that long, then it compiles", "[cache]") {
+  TempDir tmp;
+  const std::string key = key_for("spec-hung-holder");
+  HeldCompileLock hung(tmp.path, key);  // a stopped process's lock: never released during the call
+  CubinCache cache(tmp.path);
+  CHECK(cache.compile_lock_wait() == std::chrono::milliseconds(60000));
+  cache.set_compile_lock_wait(std::chrono::milliseconds(200));
+  FakeCompiler fc("k_hung", "h");
+  const auto start = std::chrono::steady_clock::now();
+  const CacheLookup r = cache.get_or_compile(key, fc.fn());
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  CHECK(fc.calls == 1);
+  CHECK_FALSE(r.hit);
+  CHECK(ms >= 200);
+  CHECK(ms < 5000);
+  CHECK(cache.stored(key));  // published all the same: the rename keeps it whole
+}
+
+TEST_CASE("clear removes the lock files no process holds and keeps held ones", "[cache]") {
+  TempDir tmp;
+  CubinCache cache(tmp.path);
+  FakeCompiler fc("k_locks", "l");
+  cache.get_or_compile(key_for("l1"), fc.fn());
+  cache.get_or_compile(key_for("l2"), fc.fn());
+  const std::string lock1 = tmp.path + "/.lock-" + key_for("l1");
+  const std::string lock2 = tmp.path + "/.lock-" + key_for("l2");
+  REQUIRE(fs::exists(lock1));  // left by the compiles (never unlinked by their holder)
+  REQUIRE(fs::exists(lock2));
+  write_bytes(tmp.path + "/.lock-notes", "a user's file");  // not of the cache's naming: kept
+  HeldCompileLock held(tmp.path, key_for("l2"));
+  CHECK(cache.clear() == 2);
+  CHECK_FALSE(fs::exists(lock1));
+  CHECK(fs::exists(lock2));
+  CHECK(fs::exists(tmp.path + "/.lock-notes"));
+  CHECK(cache.list().empty());
 }
 
 TEST_CASE("clear removes entries and stale temp files, and forgets kernels in memory", "[cache]") {
