@@ -9,6 +9,7 @@ Each sequence is compared with a float64 reference (bottom-right causal mask: qu
 and Lk keys sees key j iff j <= i + Lk - Lq) with FlashAttention-3's rule (attention_reference.py), out poisoned
 with NaN before the call."""
 
+import json
 import math
 import os
 import pathlib
@@ -710,3 +711,24 @@ def test_model_variants(model):
     assert out1.shape == (len(k_lengths), 1, heads, dv)
     _check(torch, out1, lambda b: lse1[b], [(b, q1[b], keys[b], values[b]) for b in range(len(k_lengths))], True,
            variant=variant)
+
+
+@needs_gpu
+def test_serve_while_warming(tmp_path):
+    """A server warms a manifest in the background (fa3jit.warm_manifest(..., background=True)) while it serves
+    decode steps from kernels already loaded: serve_while_warming_run.py, in a process of its own with an empty
+    cache directory, so that the manifest's 18 kernels are really compiled meanwhile. No call waits for a compile
+    (the longest is far below one compile, ~0.5 s), calls keep running all along, and every output is bit-identical
+    to the first one, which was checked against the float64 reference."""
+    pytest.importorskip("torch")
+    script = pathlib.Path(__file__).resolve().parent / "serve_while_warming_run.py"
+    env = dict(os.environ, FA3JIT_CACHE_DIR=str(tmp_path / "cache"))
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    print(report)
+    assert report["error"] == "None" and report["compiled"] == 18, report
+    assert report["warm_s"] >= 0.3, report  # it compiled: 18 kernels take seconds
+    assert report["calls_while_warming"] >= 20, report
+    assert report["longest_call_ms"] < 150, report
+    assert report["identical"], report
