@@ -195,6 +195,13 @@ KernelConfig derive_config(const Spec& spec) {
   auto estimate = [&](int chunk) {
     return spec.head_dim_v / 2 + spec.block_n / 2 + p_registers + 28 + (spec.fp32_two_level_accum ? chunk / 2 : 0);
   };
+  if (fp8 && wg == 2 && config.producer_registers < 32 && estimate(config.pv_chunk_n) <= 232) {
+    // The V transpose's fast loop (device/transpose_v.cuh: TransposeV::run_fast) keeps its addresses in registers
+    // and spills at FA3's 24; 40 + 2 x 232 is the same pool, taken where the consumers fit 232 (d128 128x224:
+    // estimate 232, ptxas no spills; not d256 128x128, whose 236 keep 24 + 2 x 240 and the lean loop).
+    config.producer_registers = 40;
+    config.consumer_registers = 232;
+  }
   if (spec.fp32_two_level_accum) {
     // The largest column chunk of P.V whose fresh accumulator fits; below the whole of head_dim_v the chunks run
     // one after the other (device/mainloop.cuh).

@@ -33,9 +33,65 @@ struct TransposeV {
   static constexpr int kRows = transposed_v_rows(Cfg::kHeadDimV);
   static constexpr int kUnits = (Cfg::kBlockN / 16) * (kRows / 32);
   static constexpr int kWarps = 4;  // the producer warpgroup
+  static_assert((kWarps & (kWarps - 1)) == 0, "the key-group start below is a power-of-two residue");
 
-  /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage.
+  /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage. The fast
+  /// loop needs more than 24 producer registers (tile_table.cpp: derive_config gives it 40 where it can).
   static __device__ __forceinline__ void run(uint32_t src, uint32_t dst, int warp, int lane) {
+    if constexpr (Cfg::kProducerRegisters >= 32)
+      run_fast(src, dst, warp, lane);
+    else
+      run_lean(src, dst, warp, lane);
+  }
+
+  /// Unit u = 16 keys x 32 channels: key group kg = u % kKeyGroups (keys 16 kg..16 kg + 15) of channel group
+  /// g = u / kKeyGroups (channels 32 g..32 g + 31); warp `warp` takes the units u % 4 == warp. The loop runs over
+  /// g and, inside, over the warp's key groups of g, with every address term that depends on the lane
+  /// alone computed once and those of g once per g: an iteration is the ldmatrix, four byte permutes,
+  /// the stmatrix and a few integer operations (the loop over u with its divisions and swizzles recomputed took
+  /// ~47 instructions per unit, a quarter of the kernel's issued instructions at d128 128x224; ncu).
+  static __device__ __forceinline__ void run_fast(uint32_t src, uint32_t dst, int warp, int lane) {
+    static_assert(Cfg::kBlockN % 32 == 0, "e4m3 tiles: block_n % 32");
+    constexpr int kKeyGroups = Cfg::kBlockN / 16;
+    constexpr int kChanGroups = kRows / 32;
+    const int mat = lane / 8, r = lane % 8;  // this lane's row address: row r of matrix mat
+    const int c = lane / 4;                  // channel pair of this lane's registers (ldmatrix.trans)
+    // ldmatrix: matrix mat covers keys 8*(mat & 1) + 0..7, channels 16*(mat >> 1) + 0..15 of the unit. The lane's
+    // row is key 16 kg + ld_key (low bits r) of column block g / 4, its 16 bytes the chunk 2 (g % 4) + (mat >> 1) of
+    // that row, swizzled: ((2 (g % 4)) ^ (mat >> 1) ^ r) << 4, the two terms in separate bits.
+    // src and dst are 1024-byte aligned and rows are 128 bytes, so address bits 4-6 hold the swizzled chunk alone:
+    // the lane's chunk is or-ed into its base once, and g's or kg's chunk bits are applied with an xor.
+    const int ld_key = 8 * (mat & 1) + r;
+    const uint32_t ld_lane = src + static_cast<uint32_t>(ld_key * kSwizzleRowBytes + (((mat >> 1) ^ r) << 4));
+    // stmatrix: matrix mat, row r is channel 16*(mat >> 1) + 2r + ((mat & 1) ^ (r >= 4)) of the unit: row
+    // 32 g + st_chan (low bits st_chan % 8) of the V stage, its 16 bytes the keys of chunk kg % 8 of column block
+    // kg / 8.
+    const int st_chan = 16 * (mat >> 1) + 2 * r + ((mat & 1) ^ (r >= 4 ? 1 : 0));
+    const uint32_t st_lane = dst + static_cast<uint32_t>(st_chan * kSwizzleRowBytes + ((st_chan % 8) << 4));
+    // Lanes with c >= 4 store their odd channel's keys first (the bank-conflict swap at the top of this file): the
+    // lane's choice, made once in the byte-permute selectors.
+    const uint32_t first_sel = c >= 4 ? 0x7531u : 0x6420u;
+#pragma unroll 1
+    for (int g = 0; g < kChanGroups; ++g) {  // not unrolled: unrolled, every g's bases stay live and spill
+      const uint32_t ld_g = (ld_lane ^ static_cast<uint32_t>((g % 4) << 5)) + (g / 4) * (Cfg::kBlockN * kSwizzleRowBytes);
+      const uint32_t st_g = st_lane + g * 32 * kSwizzleRowBytes;
+#pragma unroll 1
+      for (int kg = (warp - g * kKeyGroups) & (kWarps - 1); kg < kKeyGroups; kg += kWarps) {
+        uint32_t r0, r1, r2, r3;
+        ldmatrix_x4_trans(ld_g + static_cast<uint32_t>(kg) * (16 * kSwizzleRowBytes), r0, r1, r2, r3);
+        const uint32_t second_sel = first_sel ^ (0x6420u ^ 0x7531u);
+        const uint32_t first_lo = byte_perm(r0, r1, first_sel), second_lo = byte_perm(r0, r1, second_sel);
+        const uint32_t first_hi = byte_perm(r2, r3, first_sel), second_hi = byte_perm(r2, r3, second_sel);
+        const uint32_t chunk = static_cast<uint32_t>(kg);
+        stmatrix_x4((st_g + (chunk >> 3) * (kRows * kSwizzleRowBytes)) ^ ((chunk & 7u) << 4), first_lo, second_lo,
+                    first_hi, second_hi);
+      }
+    }
+  }
+
+  /// The loop of a 24-register producer: unit by unit, the lane's terms recomputed in every iteration (what
+  /// ptxas does anyway at 24 registers), ~47 instructions per unit.
+  static __device__ __forceinline__ void run_lean(uint32_t src, uint32_t dst, int warp, int lane) {
     static_assert(Cfg::kBlockN % 32 == 0, "e4m3 tiles: block_n % 32");
     const int mat = lane / 8, r = lane % 8;  // this lane's row address: row r of matrix mat
     const int c = lane / 4;                  // channel pair of this lane's registers (ldmatrix.trans)

@@ -870,6 +870,18 @@ TEST_CASE("serving layout fields: defaults, combinations and their messages", "[
   REQUIRE(gc.spec.consumer_warpgroups == 2);
   CHECK(gc.producer_registers == 40);
   CHECK(gc.consumer_registers == 232);
+  // e4m3 beside two consumer warpgroups: 40 + 2 x 232 where the consumers fit 232 (the V transpose's fast loop),
+  // FA3's 24 + 2 x 240 (and the lean loop) where they do not.
+  const af::KernelConfig e128 = af::make_kernel_config(parse(R"({"dtype": "e4m3", "head_dim": 128})"));
+  REQUIRE(e128.spec.consumer_warpgroups == 2);
+  CHECK(e128.estimated_consumer_registers == 64 + 112 + 28 + 28);
+  CHECK(e128.producer_registers == 40);
+  CHECK(e128.consumer_registers == 232);
+  const af::KernelConfig e256 = af::make_kernel_config(parse(R"({"dtype": "e4m3", "head_dim": 256})"));
+  REQUIRE(e256.spec.consumer_warpgroups == 2);
+  CHECK(e256.estimated_consumer_registers == 236);
+  CHECK(e256.producer_registers == 24);
+  CHECK(e256.consumer_registers == 240);
   // The decode tile: one consumer warpgroup of 64 rows.
   af::Layout decode;
   decode.pack_gqa = decode.split_kv = decode.short_q = true;
