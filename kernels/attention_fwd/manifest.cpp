@@ -2,6 +2,9 @@
 #include "kernels/attention_fwd/manifest.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -10,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/json_fields.h"
+#include "core/workers.h"
 #include "jit/family.h"
 #include "kernels/attention_combine/spec.h"
 #include "kernels/attention_fwd/launch.h"
@@ -248,10 +252,26 @@ std::vector<ManifestKernel> manifest_kernels(const json& manifest) {
   return kernels;
 }
 
-size_t warm_manifest(Runtime& runtime, const json& manifest) {
-  size_t compiled = 0;
-  for (const ManifestKernel& k : manifest_kernels(manifest))
-    if (!runtime.prepare(k.spec.dump()).cache_hit) ++compiled;
+size_t warm_manifest(Runtime& runtime, const json& manifest, size_t jobs) {
+  const std::vector<ManifestKernel> kernels = manifest_kernels(manifest);
+  std::atomic<size_t> next{0}, compiled{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mu;
+  std::exception_ptr error;
+  auto worker = [&]() noexcept {
+    for (size_t i = next++; i < kernels.size() && !failed; i = next++) {
+      try {
+        if (!runtime.prepare(kernels[i].spec.dump()).cache_hit) ++compiled;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();  // the first failure; the others stop taking kernels
+        failed = true;
+      }
+    }
+  };
+  run_workers(std::clamp<size_t>(jobs == 0 ? background_compile_jobs() : jobs, 1, std::max<size_t>(kernels.size(), 1)),
+              worker);
+  if (error) std::rethrow_exception(error);
   return compiled;
 }
 

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/workers.h"
 #include "jit/cubin_cache.h"
 #include "jit/family.h"
 #include "kernels/attention_fwd/manifest.h"
@@ -153,21 +154,10 @@ int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
       }
     }
   };
-  // The calling thread is one of the workers. A thread that cannot be started (a process or memory limit)
-  // means fewer workers, never an abort: threads already running are joined below either way.
-  std::vector<std::thread> threads;
-  threads.reserve(jobs);
-  for (size_t t = 1; t < jobs; ++t) {
-    try {
-      threads.emplace_back(worker);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "fa3jit: warning: could start only {} of {} worker threads ({}); compiling with {}\n",
-                 threads.size() + 1, jobs, e.what(), threads.size() + 1);
-      break;
-    }
-  }
-  worker();
-  for (std::thread& t : threads) t.join();
+  // The calling thread is one of the workers; a thread that cannot be started means fewer workers, never an abort.
+  const size_t ran = run_workers(jobs, worker);
+  if (ran < jobs)
+    fmt::print(stderr, "fa3jit: warning: could start only {} of {} worker threads; compiled with {}\n", ran, jobs, ran);
   const CubinCache& cache = runtime.cache();
   const size_t warmed = items.size() + errors.size() - failures;
   fmt::print("{} kernel{} warmed into {}, {} failed\n", warmed, warmed == 1 ? "" : "s",

@@ -179,9 +179,10 @@ TEST_CASE("warm_manifest compiles a manifest's kernels into the cache once", "[m
   Runtime runtime(RuntimeOptions{dir});
   const json small = llama({{"head_dim", 64}, {"num_heads", 8}, {"num_heads_kv", 8}});
   const size_t kernels = manifest_kernels(small).size();
-  CHECK(warm_manifest(runtime, small) == kernels);
+  CHECK(warm_manifest(runtime, small, 2) == kernels);  // two compile threads
   CHECK(warm_manifest(runtime, small) == 0);  // all in the cache now
   CHECK(runtime.cache().list().size() == kernels);
+  CHECK_THROWS_WITH(warm_manifest(runtime, {{"kind", "serving_manifest"}, {"models", {1}}}, 3), Contains("models"));
   std::filesystem::remove_all(dir);
 }
 

@@ -77,7 +77,8 @@ def warm_manifest(manifest: Spec, background: bool = False) -> Union[int, thread
     "num_heads": 32, "num_heads_kv": 8, "causal": True, "kv": ["paged"], "page_sizes": [16],
     "decode_queries": [1]}]} (kernels/attention_fwd/manifest.h lists every field: head_dim_v, window_size,
     softcap, sinks, "packed" / "dense" K/V). The prefill and decode calls of each model are resolved to the
-    kernels the runtime will pick for them (with and without split-KV) and compiled into the cubin cache.
+    kernels the runtime will pick for them (with and without split-KV) and compiled into the cubin cache, on half
+    the hardware threads (1 to 8; processes sharing the cache directory compile each kernel once between them).
     background=False: blocks and returns how many kernels were compiled (not cached yet). background=True: returns
     a started daemon threading.Thread at once; calls made meanwhile run as usual, and one that needs a kernel being
     compiled waits for it rather than compiling it twice. Raises Fa3jitValueError for a bad manifest (naming the

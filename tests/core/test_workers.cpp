@@ -1,0 +1,41 @@
+// core/workers.h: the bounded thread pool the kernel warm-ups compile on.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "core/workers.h"
+
+using namespace fa3jit;
+
+TEST_CASE("run_workers runs its workers at the same time, the caller among them, and joins them", "[workers]") {
+  for (size_t jobs : {1, 2, 5}) {
+    INFO("jobs " << jobs);
+    std::atomic<size_t> arrived{0};
+    std::atomic<size_t> saw_all{0};
+    std::atomic<int> on_caller{0};
+    const std::thread::id caller = std::this_thread::get_id();
+    const size_t ran = run_workers(jobs, [&]() noexcept {
+      if (std::this_thread::get_id() == caller) ++on_caller;
+      ++arrived;
+      // Each worker waits for all of them: only workers that run concurrently get past this.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (arrived < jobs && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      if (arrived == jobs) ++saw_all;
+    });
+    CHECK(ran == jobs);
+    CHECK(arrived == jobs);  // all joined before run_workers returned
+    CHECK(saw_all == jobs);
+    CHECK(on_caller == 1);
+  }
+  CHECK(run_workers(0, [] {}) == 1);  // the caller always works
+}
+
+TEST_CASE("background_compile_jobs leaves half the hardware threads to the server, 1 to 8", "[workers]") {
+  const size_t jobs = background_compile_jobs();
+  CHECK(jobs >= 1);
+  CHECK(jobs <= 8);
+  const unsigned hardware = std::thread::hardware_concurrency();
+  if (hardware >= 2) CHECK(jobs <= hardware / 2);
+}
