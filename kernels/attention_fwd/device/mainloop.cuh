@@ -199,9 +199,15 @@ struct Mainloop {
   /// e4m3 (whose four warps transpose V) and beside three consumer warpgroups (whose 32 producer registers spilled
   /// with four). Each arrives on a stage's full barrier once its copies are done (GatherSignal).
   static constexpr int kGatherWarps = kFp8 || Cfg::kConsumerWarpgroups == 3 ? 1 : 4;
-  static constexpr int kGatherRowsPerStep = 4 * kGatherWarps;  // 8 lanes per row
-  // Warp w copies rows kGatherRowsPerStep * i + 4 w + k (k = lane / 8) of a block: kBlockN / kGatherWarps rows,
-  // whose pages its lanes look up, 32 per register.
+  /// Lanes per copied row: 4 in the 16-bit decode kernels (one consumer warpgroup; each lane copies two 16-byte
+  /// chunks of every 128-byte column block, so a row's page shuffle, address and carried slot serve twice the bytes),
+  /// else 8: the prefill and e4m3 producers have no registers to spare (4 lanes spilled 8-40 bytes there, ptxas).
+  static constexpr int kLanesPerRow =
+      !kFp8 && Cfg::kConsumerWarpgroups == 1 && (Cfg::kBlockN / kGatherWarps) % 8 == 0 ? 4 : 8;
+  static constexpr int kRowsPerWarpStep = 32 / kLanesPerRow;
+  static constexpr int kGatherRowsPerStep = kRowsPerWarpStep * kGatherWarps;
+  // Warp w copies rows kGatherRowsPerStep * i + kRowsPerWarpStep * w + k (k = lane / kLanesPerRow) of a block:
+  // kBlockN / kGatherWarps rows, whose pages its lanes look up, 32 per register.
   static constexpr int kPageRegs = Cfg::kPagedGather ? (Cfg::kBlockN / kGatherWarps + 31) / 32 : 1;
   static_assert(!Cfg::kPagedGather || Cfg::kBlockN % kGatherRowsPerStep == 0, "whole gather steps per block");
 
@@ -214,7 +220,7 @@ struct Mainloop {
   };
   /// paged_gather: the block row of warp `warp`'s row number `n` (its rows in the order it copies them).
   static __device__ __forceinline__ int gather_row(int n, int warp) {
-    return n / 4 * kGatherRowsPerStep + 4 * warp + n % 4;
+    return n / kRowsPerWarpStep * kGatherRowsPerStep + kRowsPerWarpStep * warp + n % kRowsPerWarpStep;
   }
   static __device__ __forceinline__ BlockPages block_pages(int n_block, int lane, const TileWork& w, const Params& p) {
     BlockPages b;
@@ -236,8 +242,9 @@ struct Mainloop {
     return b;
   }
 
-  /// paged_gather: the gather warps copy K or V block n_block row by row with cp.async, 8 lanes per row (lane % 8 is
-  /// the 16-byte chunk in each 128-byte column block), kGatherRowsPerStep rows per step, into the layout TMA writes:
+  /// paged_gather: the gather warps copy K or V block n_block row by row with cp.async, kLanesPerRow lanes per row
+  /// (lane % kLanesPerRow + kLanesPerRow q are its 16-byte chunks in each 128-byte column block), kGatherRowsPerStep
+  /// rows per step, into the layout TMA writes:
   /// column block c at dst + c * block_n * 128, row r at r * 128, chunk k at ((k ^ (r & 7)) << 4) (128-byte swizzle;
   /// hopper/swizzle.cuh), zeros past the row's kCols columns. Key j of the sequence is row j % page_size of page
   /// page_table[batch][j / page_size] (`pages`: block_pages, which clamps the slot to max_pages and the page into
@@ -250,38 +257,52 @@ struct Mainloop {
                                                          int lane) {
     constexpr int kRowBytesUsed = kCols * Cfg::kElemBytes;
     constexpr int kColBlocks = (kRowBytesUsed + kRowBytes - 1) / kRowBytes;
-    const int chunk = lane % 8;
+    constexpr int kChunksPerLane = 8 / kLanesPerRow;  // of each column block
+    const int chunk = lane % kLanesPerRow;
     const int warp = kGatherWarps == 1 ? 0 : static_cast<int>(threadIdx.x % 128) / 32;
-    // A lane's rows are gather_row(n, warp) for n = lane / 8 + 4 m, m = 8 j + i: key first_key + kGatherRowsPerStep
-    // * m. Its row in the page (key % page_size) is therefore carried from row to row by adding kGatherRowsPerStep
-    // % page_size and subtracting page_size on overflow: two divisions per call instead of one per row (a runtime
-    // division is ~20 instructions). Unsigned: slot + step < 2 page_size <= 2^32.
+    // A lane's rows are gather_row(n, warp) for n = lane / kLanesPerRow + kRowsPerWarpStep m, m = 0, 1, ... (over j
+    // and i): key first_key + kGatherRowsPerStep m. In the decode kernels its row in the page (key % page_size) is
+    // therefore carried from row to row by adding kGatherRowsPerStep % page_size and subtracting page_size on
+    // overflow: two divisions per call instead of one per row (a runtime division is ~20 instructions; unsigned:
+    // slot + step < 2 page_size). The prefill producers (32 or 40 registers) divide per row: the carried values
+    // spilled 4-20 bytes there (ptxas).
+    constexpr bool kCarrySlot = Cfg::kConsumerWarpgroups == 1;
     const uint32_t page_size = static_cast<uint32_t>(p.page_size);
-    const uint32_t step = static_cast<uint32_t>(kGatherRowsPerStep) % page_size;
-    uint32_t slot = static_cast<uint32_t>(n_block * Cfg::kBlockN + gather_row(lane / 8, warp)) % page_size;
-    const char* head = base + head_offset;
+    const uint32_t step = kCarrySlot ? static_cast<uint32_t>(kGatherRowsPerStep) % page_size : 0u;
+    uint32_t slot =
+        kCarrySlot ? static_cast<uint32_t>(n_block * Cfg::kBlockN + gather_row(lane / kLanesPerRow, warp)) % page_size
+                   : 0u;
 #pragma unroll
     for (int j = 0; j < kPageRegs; ++j) {
 #pragma unroll 1
-      for (int i = 0; i < 8; ++i) {
-        const int n = 32 * j + 4 * i + lane / 8;  // the warp's row number: its page is in lane n % 32, register j
+      for (int i = 0; i < 32 / kRowsPerWarpStep; ++i) {
+        // The warp's row number: its page is in lane n % 32, register j.
+        const int n = 32 * j + kRowsPerWarpStep * i + lane / kLanesPerRow;
         // The same for every lane, and once true true for every later row: the carried slot stays in step.
-        if (32 * j + 4 * i >= Cfg::kBlockN / kGatherWarps) break;
+        if (32 * j + kRowsPerWarpStep * i >= Cfg::kBlockN / kGatherWarps) break;
         // In [0, num_pages) (block_pages): unsigned, so its 64-bit product needs no sign extension.
         const uint32_t page = static_cast<uint32_t>(__shfl_sync(0xffffffffu, pages.page[j], n % 32));
         const int r = gather_row(n, warp);
         const int key = n_block * Cfg::kBlockN + r;
         const bool valid = key < w.seq.seqlen_k;
-        const char* row = valid ? head + static_cast<long long>(page) * stride_page + static_cast<long long>(slot) * stride_row
+        if constexpr (!kCarrySlot) slot = static_cast<uint32_t>(key) % page_size;
+        const char* row = valid ? base + static_cast<long long>(page) * stride_page +
+                                      static_cast<long long>(slot) * stride_row + head_offset
                                 : base;
-        slot += step;
-        if (slot >= page_size) slot -= page_size;
-        const uint32_t row_dst = dst + r * kRowBytes + ((chunk ^ (r & 7)) << 4);
+        if constexpr (kCarrySlot) {
+          slot += step;
+          if (slot >= page_size) slot -= page_size;
+        }
 #pragma unroll
-        for (int c = 0; c < kColBlocks; ++c) {
-          const int byte = c * kRowBytes + chunk * 16;
-          const bool copy = valid && byte < kRowBytesUsed;
-          cp_async_16(row_dst + c * Cfg::kBlockN * kRowBytes, copy ? row + byte : base, copy ? 16u : 0u);
+        for (int q = 0; q < kChunksPerLane; ++q) {
+          const int k = chunk + kLanesPerRow * q;
+          const uint32_t row_dst = dst + r * kRowBytes + ((k ^ (r & 7)) << 4);
+#pragma unroll
+          for (int c = 0; c < kColBlocks; ++c) {
+            const int byte = c * kRowBytes + k * 16;
+            const bool copy = valid && byte < kRowBytesUsed;
+            cp_async_16(row_dst + c * Cfg::kBlockN * kRowBytes, copy ? row + byte : base, copy ? 16u : 0u);
+          }
         }
       }
     }

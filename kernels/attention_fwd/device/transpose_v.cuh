@@ -38,7 +38,7 @@ struct TransposeV {
   /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage. The fast
   /// loop needs more than 24 producer registers (tile_table.cpp: derive_config gives it 40 where it can).
   static __device__ __forceinline__ void run(uint32_t src, uint32_t dst, int warp, int lane) {
-    if constexpr (Cfg::kProducerRegisters >= 32)
+    if constexpr (Cfg::kProducerRegisters >= 32 && !Cfg::kPagedGather)
       run_fast(src, dst, warp, lane);
     else
       run_lean(src, dst, warp, lane);
@@ -73,7 +73,8 @@ struct TransposeV {
     const uint32_t first_sel = c >= 4 ? 0x7531u : 0x6420u;
 #pragma unroll 1
     for (int g = 0; g < kChanGroups; ++g) {  // not unrolled: unrolled, every g's bases stay live and spill
-      const uint32_t ld_g = (ld_lane ^ static_cast<uint32_t>((g % 4) << 5)) + (g / 4) * (Cfg::kBlockN * kSwizzleRowBytes);
+      const uint32_t ld_g =
+          (ld_lane ^ static_cast<uint32_t>((g % 4) << 5)) + (g / 4) * (Cfg::kBlockN * kSwizzleRowBytes);
       const uint32_t st_g = st_lane + g * 32 * kSwizzleRowBytes;
 #pragma unroll 1
       for (int kg = (warp - g * kKeyGroups) & (kWarps - 1); kg < kKeyGroups; kg += kWarps) {
