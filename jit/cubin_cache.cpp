@@ -279,11 +279,6 @@ pid_t temp_file_writer(std::string_view name) {
   return static_cast<pid_t>(pid);
 }
 
-// A temp file of this cache that no writer will rename any more: older than any publish takes, or a few
-// seconds old with its writer gone (kill(pid, 0) fails with ESRCH; EPERM means alive, another user's). The
-// age rule alone covers a writer's pid reused by a live process. A writer in another pid namespace sharing
-// the directory may look gone: its publish (milliseconds) would then have to stall for seconds, and even
-// then it only loses the rename and keeps the kernel in memory.
 // An exclusive flock(2) on <dir>/.lock-<key> for as long as it lives: other processes compiling the same key wait
 // for it, then find the entry published. held() is false when the file cannot be opened as a regular file, or when
 // `wait` passed with another process still holding it (a stopped or hung compile never blocks a caller for longer;
@@ -294,13 +289,27 @@ class CompileLock {
  public:
   CompileLock(const std::string& dir, std::string_view key, std::chrono::milliseconds wait) {
     const std::string path = fmt::format("{}/{}{}", dir, kLockPrefix, key);
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-    struct stat st {};
-    if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return;
     const auto start = Clock::now();
-    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if ((errno != EWOULDBLOCK && errno != EINTR) || Clock::now() - start >= wait) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(kLockPollMs));
+    for (;;) {
+      fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+      struct stat st {};
+      if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) return;
+      while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) return;
+        if (Clock::now() - start >= wait) {
+          log(LogLevel::kWarn, fmt::format("{} stayed locked for {:.0f} ms (another process compiling this kernel is "
+                                           "stopped or hung?); compiling it here as well",
+                                           path, ms_since(start)));
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(kLockPollMs));
+      }
+      // Held; but clear() may have unlinked the file between its holder's release and this lock (a newcomer then
+      // locks a new file): only a lock on the file still at the path counts.
+      struct stat now {};
+      if (::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino) break;
+      ::close(fd_);
+      fd_ = -1;
     }
     held_ = true;
     waited_ms_ = ms_since(start);
@@ -331,6 +340,11 @@ void remove_unheld_lock(const std::string& dir, const std::string& name) {
   ::close(fd);
 }
 
+// A temp file of this cache that no writer will rename any more: older than any publish takes, or a few
+// seconds old with its writer gone (kill(pid, 0) fails with ESRCH; EPERM means alive, another user's). The
+// age rule alone covers a writer's pid reused by a live process. A writer in another pid namespace sharing
+// the directory may look gone: its publish (milliseconds) would then have to stall for seconds, and even
+// then it only loses the rename and keeps the kernel in memory.
 bool is_stale_temp(const std::string& dir, const std::string& name, time_t now) {
   const pid_t pid = temp_file_writer(name);
   if (pid == 0) return false;
@@ -585,7 +599,7 @@ CacheLookup CubinCache::get_or_compile(const std::string& key, const std::functi
     std::optional<CompileLock> lock;
     if (!kernel && persistent_) {
       // Another process may be compiling this key: wait for it and read what it published.
-      lock.emplace(dir_, key, compile_lock_wait_);
+      lock.emplace(dir_, key, compile_lock_wait());
       if (lock->held()) {
         kernel = read_entry(false);
         if (kernel && lock->waited_ms() >= 1.0)

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -67,8 +68,8 @@ class CubinCache {
 
   /// How long get_or_compile waits for another process compiling the same key (default 60 s, far above a
   /// compile: only a stopped or hung process makes it matter).
-  std::chrono::milliseconds compile_lock_wait() const { return compile_lock_wait_; }
-  void set_compile_lock_wait(std::chrono::milliseconds wait) { compile_lock_wait_ = wait; }
+  std::chrono::milliseconds compile_lock_wait() const { return std::chrono::milliseconds(compile_lock_wait_ms_); }
+  void set_compile_lock_wait(std::chrono::milliseconds wait) { compile_lock_wait_ms_ = wait.count(); }
 
   std::vector<CacheEntryInfo> list() const;
   /// Removes every entry file (and stale temp files and unheld lock files of this cache's own naming; no other
@@ -89,7 +90,7 @@ class CubinCache {
   bool exists_ = false;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
-  std::chrono::milliseconds compile_lock_wait_{60000};
+  std::atomic<int64_t> compile_lock_wait_ms_{60000};  // read by get_or_compile on any thread
   std::atomic<bool> warned_rejected_{false};  // a rejected entry warns once per cache, then logs at info
 };
 

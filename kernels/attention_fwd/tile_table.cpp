@@ -166,8 +166,8 @@ KernelConfig derive_config(const Spec& spec) {
   config.producer_registers = kRegisterSplits[wg - 1].producer;
   config.consumer_registers = kRegisterSplits[wg - 1].consumer;
   const bool fp8 = spec.dtype == DType::kE4m3;
-  // The e4m3 producer warpgroup also transposes V (device/transpose_v.cuh); with its loop not unrolled it fits
-  // the 24 registers of FA3's split (ptxas: no spills at d128 128x224 and d256 128x128).
+  // The e4m3 producer warpgroup also transposes V (device/transpose_v.cuh): its lean loop fits the 24 registers of
+  // FA3's split (d256 128x128), its fast loop takes the 40 given below where the consumers fit 232.
   if (spec.paged_gather && wg == 2) {
     // The gather producer (cp.async rows, page lookups, 64-bit addresses) spilled 28-36 bytes at 24 registers
     // (ptxas, d128 and d256 prefill tiles); 40 fit, and the 32 of three warpgroups do. The consumers share what is

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <future>
 #include <latch>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -621,6 +622,44 @@ TEST_CASE("a waiter reads the entry the compile lock's holder published and comp
   check_equal(*r.kernel, fake_kernel("k_wait", "w"));
 }
 
+TEST_CASE("a waiter that locks a lock file clear() unlinked locks the one at the path instead", "[cache]") {
+  TempDir tmp;
+  const std::string key = key_for("spec-relinked-lock");
+  const std::string path = tmp.path + "/.lock-" + key;
+  auto first = std::make_unique<HeldCompileLock>(tmp.path, key);
+  FakeCompiler waiter_compiler("k_relink", "r");
+  std::promise<CacheLookup> looked_up;
+  std::thread waiter([&] {
+    try {
+      CubinCache cache(tmp.path);
+      looked_up.set_value(cache.get_or_compile(key, waiter_compiler.fn()));
+    } catch (...) {
+      looked_up.set_exception(std::current_exception());
+    }
+  });
+  std::future<CacheLookup> result = looked_up.get_future();
+  REQUIRE(result.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+  // As clear() would between the holder's release and the waiter's lock: the file goes, a newcomer makes and
+  // locks a new one, then the first holder lets go.
+  REQUIRE(::unlink(path.c_str()) == 0);
+  HeldCompileLock second(tmp.path, key);
+  first.reset();
+  // The waiter now holds the unlinked file's lock, which guards nothing: it must wait for the one at the path.
+  CHECK(result.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  {
+    CubinCache holder(tmp.path);
+    holder.set_compile_lock_wait(std::chrono::milliseconds(0));
+    FakeCompiler holder_compiler("k_relink", "r");
+    holder.get_or_compile(key, holder_compiler.fn());
+  }
+  second.release();
+  REQUIRE(result.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  const CacheLookup r = result.get();
+  waiter.join();
+  CHECK(r.from_disk);
+  CHECK(waiter_compiler.calls == 0);
+}
+
 TEST_CASE("a compile lock held past compile_lock_wait delays a caller by that long, then it compiles", "[cache]") {
   TempDir tmp;
   const std::string key = key_for("spec-hung-holder");
@@ -628,6 +667,7 @@ TEST_CASE("a compile lock held past compile_lock_wait delays a caller by that lo
   CubinCache cache(tmp.path);
   CHECK(cache.compile_lock_wait() == std::chrono::milliseconds(60000));
   cache.set_compile_lock_wait(std::chrono::milliseconds(200));
+  LogCapture logs(LogLevel::kWarn);
   FakeCompiler fc("k_hung", "h");
   const auto start = std::chrono::steady_clock::now();
   const CacheLookup r = cache.get_or_compile(key, fc.fn());
@@ -637,6 +677,7 @@ TEST_CASE("a compile lock held past compile_lock_wait delays a caller by that lo
   CHECK(ms >= 200);
   CHECK(ms < 5000);
   CHECK(cache.stored(key));  // published all the same: the rename keeps it whole
+  CHECK(logs.count(LogLevel::kWarn, ".lock-" + key + " stayed locked") == 1);
 }
 
 TEST_CASE("clear removes the lock files no process holds and keeps held ones", "[cache]") {

@@ -36,7 +36,8 @@ struct TransposeV {
   static_assert((kWarps & (kWarps - 1)) == 0, "the key-group start below is a power-of-two residue");
 
   /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage. The fast
-  /// loop needs more than 24 producer registers (tile_table.cpp: derive_config gives it 40 where it can).
+  /// loop needs more than 24 producer registers (tile_table.cpp: derive_config gives two consumer warpgroups 40
+  /// where it can; three have 32, one 56) and none of the gather code's (its producers spilled with both).
   static __device__ __forceinline__ void run(uint32_t src, uint32_t dst, int warp, int lane) {
     if constexpr (Cfg::kProducerRegisters >= 32 && !Cfg::kPagedGather)
       run_fast(src, dst, warp, lane);
@@ -90,8 +91,8 @@ struct TransposeV {
     }
   }
 
-  /// The loop of a 24-register producer: unit by unit, the lane's terms recomputed in every iteration (what
-  /// ptxas does anyway at 24 registers), ~47 instructions per unit.
+  /// The loop of the producers without registers to spare (24 registers, or the gather kernels): unit by unit,
+  /// the lane's terms recomputed in every iteration (what ptxas does anyway there), ~47 instructions per unit.
   static __device__ __forceinline__ void run_lean(uint32_t src, uint32_t dst, int warp, int lane) {
     static_assert(Cfg::kBlockN % 32 == 0, "e4m3 tiles: block_n % 32");
     const int mat = lane / 8, r = lane % 8;  // this lane's row address: row r of matrix mat
