@@ -25,6 +25,9 @@ struct RegisterSplit {
   int consumer;
 };
 constexpr RegisterSplit kRegisterSplits[] = {{56, 240}, {24, 240}, {32, 160}};
+// Two consumer warpgroups beside a producer that needs more than FA3's 24 registers (TMA multicast, row gathers,
+// the e4m3 V transpose's fast loop): the same pool of 3 x 168 (budget_problems checks it), moved to the producer.
+constexpr RegisterSplit kWideProducerSplit = {40, 232};
 
 // Registers ptxas gives every thread at entry for __launch_bounds__(num_threads, 1): the register file
 // divided by the thread count, rounded down to the allocation granularity of 8, capped at 248 (the most
@@ -168,19 +171,13 @@ KernelConfig derive_config(const Spec& spec) {
   const bool fp8 = spec.dtype == DType::kE4m3;
   // The e4m3 producer warpgroup also transposes V (device/transpose_v.cuh): its lean loop fits the 24 registers of
   // FA3's split (d256 128x128), its fast loop takes the 40 given below where the consumers fit 232.
-  if (spec.paged_gather && wg == 2) {
-    // The gather producer (cp.async rows, page lookups, 64-bit addresses) spilled 28-36 bytes at 24 registers
-    // (ptxas, d128 and d256 prefill tiles); 40 fit, and the 32 of three warpgroups do. The consumers share what is
-    // left of the pool.
-    config.producer_registers = 40;
-    config.consumer_registers = (pinned_registers_per_thread(config.num_threads) * (wg + 1) - 40) / wg / 8 * 8;
-  }
-  if (spec.cluster_m > 1 && wg == 2) {
-    // The multicast producer needs more than 24 registers (ptxas spilled 44 bytes at 24); 40 + 2 * 232 is
-    // the same pool of 3 * 168 registers.
-    config.producer_registers = 40;
-    config.consumer_registers = 232;
-  }
+  // The gather producer (cp.async rows, page lookups, 64-bit addresses) spilled 28-36 bytes at 24 registers (ptxas,
+  // d128 and d256 prefill tiles; the 32 of three warpgroups do), the multicast producer 44.
+  auto widen = [&] {
+    config.producer_registers = kWideProducerSplit.producer;
+    config.consumer_registers = kWideProducerSplit.consumer;
+  };
+  if (wg == 2 && (spec.paged_gather || spec.cluster_m > 1)) widen();
 
   // Per consumer thread (one row quarter of a 64-row wgmma tile): the fp32 O accumulator holds
   // head_dim_v/2 values, the fp32 S accumulator block_n/2, P packed to 16 bits block_n/4, plus softmax
@@ -195,12 +192,12 @@ KernelConfig derive_config(const Spec& spec) {
   auto estimate = [&](int chunk) {
     return spec.head_dim_v / 2 + spec.block_n / 2 + p_registers + 28 + (spec.fp32_two_level_accum ? chunk / 2 : 0);
   };
-  if (fp8 && wg == 2 && config.producer_registers < 32 && estimate(config.pv_chunk_n) <= 232) {
+  if (fp8 && wg == 2 && config.producer_registers < kWideProducerSplit.producer &&
+      estimate(config.pv_chunk_n) <= kWideProducerSplit.consumer) {
     // The V transpose's fast loop (device/transpose_v.cuh: TransposeV::run_fast) keeps its addresses in registers
-    // and spills at FA3's 24; 40 + 2 x 232 is the same pool, taken where the consumers fit 232 (d128 128x224:
-    // estimate 232, ptxas no spills; not d256 128x128, whose 236 keep 24 + 2 x 240 and the lean loop).
-    config.producer_registers = 40;
-    config.consumer_registers = 232;
+    // and spills at FA3's 24: the wide split where the consumers fit it (d128 128x224: estimate 232, ptxas no
+    // spills; not d256 128x128, whose 236 keep 24 + 2 x 240 and the lean loop).
+    widen();
   }
   if (spec.fp32_two_level_accum) {
     // The largest column chunk of P.V whose fresh accumulator fits; below the whole of head_dim_v the chunks run
