@@ -644,6 +644,21 @@ CacheLookup CubinCache::get_or_compile(const std::string& key, const std::functi
   return result;
 }
 
+bool CubinCache::compiling_elsewhere(const std::string& key) const {
+  if (!persistent_ || !is_valid_key(key)) return false;
+  const std::string path = fmt::format("{}/{}{}", dir_, kLockPrefix, key);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;  // no lock file: nobody has compiled it here
+  struct stat st {};
+  bool held = false;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    // LOCK_SH against the holder's LOCK_EX; a shared probe never delays another probe.
+    held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  }
+  ::close(fd);  // releases the probe's lock, if it took one
+  return held;
+}
+
 bool CubinCache::stored(const std::string& key) const {
   if (dir_.empty() || !is_valid_key(key)) return false;
   struct stat st {};

@@ -66,6 +66,10 @@ class CubinCache {
   /// wait for it (at most compile_lock_wait(), then compile themselves) and read its entry.
   CacheLookup get_or_compile(const std::string& key, const std::function<CompiledKernel()>& compile);
 
+  /// Whether another process holds `key`'s compile lock now (it is compiling the kernel): a probe that never waits,
+  /// so a warm-up can take other kernels first. False for a memory-only cache or a key never locked.
+  bool compiling_elsewhere(const std::string& key) const;
+
   /// How long get_or_compile waits for another process compiling the same key (default 60 s, far above a
   /// compile: only a stopped or hung process makes it matter).
   std::chrono::milliseconds compile_lock_wait() const { return std::chrono::milliseconds(compile_lock_wait_ms_); }

@@ -42,12 +42,20 @@ void* Runtime::state_slot(int index, std::shared_ptr<void> (*make)()) {
   return impl_->states[index].get();
 }
 
+std::string Runtime::kernel_key(const KernelRequest& request) {
+  return cache_key(request.canonical, request.source.code, default_compile_flags(), nvrtc_version_string(),
+                   kTargetArch, kGeneratorVersion);
+}
+
+bool Runtime::compiling_elsewhere(const KernelRequest& request) {
+  return impl_->cache.compiling_elsewhere(kernel_key(request));
+}
+
 PreparedKernel Runtime::prepare(const KernelRequest& request) {
   PreparedKernel out;
   out.request = request;
   const KernelSource& source = request.source;
-  out.key = cache_key(request.canonical, source.code, default_compile_flags(), nvrtc_version_string(), kTargetArch,
-                      kGeneratorVersion);
+  out.key = kernel_key(request);
   CacheLookup lookup = impl_->cache.get_or_compile(out.key, [&] { return compile_kernel(source); });
   if (lookup.kernel->kernel_name != source.kernel_name)
     throw Error(ErrorCode::kCacheError,

@@ -50,6 +50,13 @@ class Runtime {
 
   CubinCache& cache();
 
+  /// The cubin cache key of `request`'s kernel (cache_key over its canonical spec, source, flags, NVRTC, arch and
+  /// generator versions): what prepare() looks up.
+  static std::string kernel_key(const KernelRequest& request);
+  /// Whether another process sharing the cache directory is compiling `request`'s kernel now (CubinCache::
+  /// compiling_elsewhere on its key); never waits.
+  bool compiling_elsewhere(const KernelRequest& request);
+
   /// Unique per Runtime object in this process, never reused: keys per-thread memos of launch paths.
   uint64_t id() const { return id_; }
 

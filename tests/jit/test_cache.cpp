@@ -680,6 +680,24 @@ TEST_CASE("a compile lock held past compile_lock_wait delays a caller by that lo
   CHECK(logs.count(LogLevel::kWarn, ".lock-" + key + " stayed locked") == 1);
 }
 
+TEST_CASE("compiling_elsewhere says whether another process holds a key's compile lock, without waiting", "[cache]") {
+  TempDir tmp;
+  const std::string key = key_for("spec-probe");
+  CubinCache cache(tmp.path);
+  CHECK_FALSE(cache.compiling_elsewhere(key));  // no lock file yet
+  {
+    HeldCompileLock other(tmp.path, key);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(cache.compiling_elsewhere(key));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
+  }
+  CHECK_FALSE(cache.compiling_elsewhere(key));  // released (the file stays)
+  CHECK(fs::exists(tmp.path + "/.lock-" + key));
+  CHECK_FALSE(cache.compiling_elsewhere("not-a-key"));
+  CubinCache memory_only(tmp.path + "/missing/too", CacheOpen::kExisting);
+  CHECK_FALSE(memory_only.compiling_elsewhere(key));
+}
+
 TEST_CASE("clear removes the lock files no process holds and keeps held ones", "[cache]") {
   TempDir tmp;
   CubinCache cache(tmp.path);

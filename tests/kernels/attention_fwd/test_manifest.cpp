@@ -3,7 +3,14 @@
 // naming the field, and warm_manifest compiles them into the cache. No GPU needed.
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
+#include <future>
+#include <thread>
 #include <set>
 #include <string>
 
@@ -183,6 +190,42 @@ TEST_CASE("warm_manifest compiles a manifest's kernels into the cache once", "[m
   CHECK(warm_manifest(runtime, small) == 0);  // all in the cache now
   CHECK(runtime.cache().list().size() == kernels);
   CHECK_THROWS_WITH(warm_manifest(runtime, {{"kind", "serving_manifest"}, {"models", {1}}}, 3), Contains("models"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("warm_manifest takes a kernel another process is compiling last, after the others", "[manifest][compile]") {
+  const std::string dir = (std::filesystem::temp_directory_path() / "fa3jit-test-manifest-busy").string();
+  std::filesystem::remove_all(dir);
+  Runtime runtime(RuntimeOptions{dir});
+  runtime.cache().set_compile_lock_wait(std::chrono::seconds(30));
+  const json small = llama({{"head_dim", 64}, {"num_heads", 8}, {"num_heads_kv", 8}, {"dtype", "fp16"}});
+  const std::vector<ManifestKernel> kernels = manifest_kernels(small);
+  REQUIRE(kernels.size() >= 3);
+  // "Another process" compiling the first kernel: its lock file held through a descriptor of our own (flock locks
+  // belong to open file descriptions, so the runtime's own open contends with it).
+  const KernelRequest busy = request_for(split_spec_document(kernels[0].spec));
+  const std::string key = Runtime::kernel_key(busy);
+  const int fd = ::open((dir + "/.lock-" + key).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  CHECK(runtime.compiling_elsewhere(busy));
+  std::future<size_t> warmed = std::async(std::launch::async, [&] { return warm_manifest(runtime, small, 1); });
+  // One worker: every other kernel is compiled while the first is left for the second pass.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  auto others_stored = [&] {
+    for (size_t i = 1; i < kernels.size(); ++i)
+      if (!runtime.cache().stored(Runtime::kernel_key(request_for(split_spec_document(kernels[i].spec))))) return false;
+    return true;
+  };
+  while (!others_stored() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(others_stored());
+  CHECK_FALSE(runtime.cache().stored(key));
+  CHECK(warmed.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);  // waiting on the first
+  ::close(fd);  // the other process is gone without publishing: this one compiles it
+  CHECK_FALSE(runtime.compiling_elsewhere(busy));
+  CHECK(warmed.get() == kernels.size());
+  CHECK(runtime.cache().stored(key));
   std::filesystem::remove_all(dir);
 }
 
