@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <latch>
 #include <memory>
@@ -127,6 +128,41 @@ struct LogCapture {
     return n;
   }
 };
+
+// Forks `n` children that start together (each blocks on a pipe until the parent closes it) and run `child`,
+// whose return value is the child's exit status (an exception exits 2; no Catch2 teardown in a child). Returns how
+// many children exited 0.
+int processes_together(int n, const std::function<int()>& child) {
+  int go[2];
+  REQUIRE(::pipe(go) == 0);
+  std::vector<pid_t> children;
+  for (int i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(go[1]);
+      char c;
+      while (::read(go[0], &c, 1) < 0) {}  // EOF once the parent closes its end: all start together
+      int status = 3;
+      try {
+        status = child();
+      } catch (...) {
+        status = 2;
+      }
+      ::_exit(status);
+    }
+    children.push_back(pid);
+  }
+  ::close(go[0]);
+  ::close(go[1]);
+  int ok = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    ok += (WIFEXITED(status) && WEXITSTATUS(status) == 0) ? 1 : 0;
+  }
+  return ok;
+}
 
 }  // namespace
 
@@ -472,41 +508,16 @@ TEST_CASE("processes racing on a cold cache all succeed and leave one valid entr
   TempDir tmp;
   const std::string key = key_for("spec-fork");
   constexpr int kChildren = 8;
-  int go[2];
-  REQUIRE(::pipe(go) == 0);
-  std::vector<pid_t> children;
-  for (int i = 0; i < kChildren; ++i) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::close(go[1]);
-      char c;
-      while (::read(go[0], &c, 1) < 0) {}  // EOF once the parent closes its end: all start together
-      int status = 3;
-      try {
-        CubinCache cache(tmp.path);
-        const CacheLookup r = cache.get_or_compile(key, [] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          return fake_kernel("k_fork", "fork");
-        });
-        const CompiledKernel expected = fake_kernel("k_fork", "fork");
-        const bool good = cache.persistent() && r.kernel->cubin == expected.cubin && r.kernel->kernel_name == "k_fork";
-        status = good ? 0 : 1;
-      } catch (...) {
-        status = 2;
-      }
-      ::_exit(status);  // no Catch2 teardown in the child
-    }
-    children.push_back(pid);
-  }
-  ::close(go[0]);
-  ::close(go[1]);
-  int ok = 0;
-  for (pid_t pid : children) {
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    ok += (WIFEXITED(status) && WEXITSTATUS(status) == 0) ? 1 : 0;
-  }
+  const int ok = processes_together(kChildren, [&] {
+    CubinCache cache(tmp.path);
+    const CacheLookup r = cache.get_or_compile(key, [] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return fake_kernel("k_fork", "fork");
+    });
+    const CompiledKernel expected = fake_kernel("k_fork", "fork");
+    const bool good = cache.persistent() && r.kernel->cubin == expected.cubin && r.kernel->kernel_name == "k_fork";
+    return good ? 0 : 1;
+  });
   CHECK(ok == kChildren);
   CubinCache cache(tmp.path);
   const std::vector<CacheEntryInfo> entries = cache.list();
@@ -526,44 +537,19 @@ TEST_CASE("processes racing on a cold cache compile each key once between them",
   const std::string counter = counter_dir.path + "/compiles";
   const std::string key = key_for("spec-once-per-host");
   constexpr int kChildren = 8;
-  int go[2];
-  REQUIRE(::pipe(go) == 0);
-  std::vector<pid_t> children;
-  for (int i = 0; i < kChildren; ++i) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::close(go[1]);
-      char c;
-      while (::read(go[0], &c, 1) < 0) {}
-      int status = 3;
-      try {
-        CubinCache cache(tmp.path);
-        const CacheLookup r = cache.get_or_compile(key, [&] {
-          const int fd = ::open(counter.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-          if (fd >= 0) {
-            (void)!::write(fd, "c", 1);
-            ::close(fd);
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the others arrive meanwhile
-          return fake_kernel("k_once", "once");
-        });
-        status = r.kernel->cubin == fake_kernel("k_once", "once").cubin ? 0 : 1;
-      } catch (...) {
-        status = 2;
+  const int ok = processes_together(kChildren, [&] {
+    CubinCache cache(tmp.path);
+    const CacheLookup r = cache.get_or_compile(key, [&] {
+      const int fd = ::open(counter.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      if (fd >= 0) {
+        (void)!::write(fd, "c", 1);
+        ::close(fd);
       }
-      ::_exit(status);
-    }
-    children.push_back(pid);
-  }
-  ::close(go[0]);
-  ::close(go[1]);
-  int ok = 0;
-  for (pid_t pid : children) {
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    ok += (WIFEXITED(status) && WEXITSTATUS(status) == 0) ? 1 : 0;
-  }
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the others arrive meanwhile
+      return fake_kernel("k_once", "once");
+    });
+    return r.kernel->cubin == fake_kernel("k_once", "once").cubin ? 0 : 1;
+  });
   CHECK(ok == kChildren);
   CHECK(read_bytes(counter) == "c");  // compiled once, by one process; the seven others read its entry
   CubinCache cache(tmp.path);
