@@ -86,25 +86,28 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
   }
 }
 
-// The budget problems of a tile at (dtype, head_dim, head_dim_v) with the dtype's default output (empty: it fits).
-std::vector<std::string> tile_problems(DType dtype, int head_dim, int head_dim_v, const TileDefaults& t) {
+// The budget problems of a tile at (dtype, head_dim, head_dim_v) with the dtype's default output, in `layout` (its
+// register split; empty: it fits).
+std::vector<std::string> tile_problems(DType dtype, int head_dim, int head_dim_v, const TileDefaults& t,
+                                       const Layout& layout) {
   const Spec spec = tiled_spec(dtype, default_out_dtype(dtype), dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone,
-                               head_dim, head_dim_v, false, t, Layout{});
+                               head_dim, head_dim_v, false, t, layout);
   return budget_problems(spec, derive_config(spec));
 }
 
 // A row's tile for a head dim pair below the row: as it is when it fits (it always does at the row's own sizes,
-// which take no more), else with block_n narrowed to the widest that fits (a pair of different rows); no tile fits
-// is a kUnsupported error naming both dims.
-TileDefaults fitted(DType dtype, int head_dim, int head_dim_v, TileDefaults t) {
-  // A row's own equal sizes need no check (every launch classifies its call through here; validate() still checks
-  // the spec when its kernel is made): only sizes between rows and pairs of different dims are narrowed.
-  if (head_dim == head_dim_v && head_dim == tuned_row(head_dim)) return t;
+// which take no more), else with block_n narrowed to the widest that fits (a pair of different rows, or a layout
+// whose register split leaves the consumers less: the gather kernels', derive_config); no tile fits is a
+// kUnsupported error naming both dims.
+TileDefaults fitted(DType dtype, int head_dim, int head_dim_v, TileDefaults t, const Layout& layout = Layout{}) {
+  // A row's own equal sizes in the default split need no check (every launch classifies its call through here;
+  // validate() still checks the spec when its kernel is made).
+  if (head_dim == head_dim_v && head_dim == tuned_row(head_dim) && !layout.paged_gather) return t;
   const int step = dtype == DType::kE4m3 ? 32 : 16;  // the e4m3 V transpose works on 32 keys
-  std::vector<std::string> problems = tile_problems(dtype, head_dim, head_dim_v, t);
+  std::vector<std::string> problems = tile_problems(dtype, head_dim, head_dim_v, t, layout);
   while (!problems.empty() && t.block_n > step) {
     t.block_n -= step;
-    problems = tile_problems(dtype, head_dim, head_dim_v, t);
+    problems = tile_problems(dtype, head_dim, head_dim_v, t, layout);
   }
   if (!problems.empty())
     throw Error(ErrorCode::kUnsupported,
@@ -153,12 +156,9 @@ TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal
     if (row == 128) d.block_n = std::min(d.block_n, 160);
     if (row == 256) d.block_n = std::min(d.block_n, 96);
   }
-  // The e4m3 gather kernels' 40 + 2 x 232 register split (derive_config) leaves the 128x128 d256 tile 4 registers
-  // short (estimated 236); 128x96 fits with no spills.
-  if (dtype == DType::kE4m3 && layout.paged_gather && d.consumer_warpgroups == 2 &&
-      std::max(tuned_row(head_dim), tuned_row(head_dim_v)) == 256)
-    d.block_n = std::min(d.block_n, 96);
-  return d;
+  // The gather kernels' wide producer split leaves their consumers 232 registers (derive_config): e4m3 d256's
+  // 128x128 (estimated 236) narrows to 128x96 (no spills).
+  return layout.paged_gather ? fitted(dtype, head_dim, head_dim_v, d, layout) : d;
 }
 
 KernelConfig derive_config(const Spec& spec) {
