@@ -416,11 +416,6 @@ Layout base_layout(const ForwardArgs& a, const CallShape& s) {
   return l;
 }
 
-// The tile a shape class runs (the tile table's; no validation, no allocation: the hot path calls it).
-TileDefaults class_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& l) {
-  return variant_tile(dtype, head_dim, head_dim_v, causal, l);
-}
-
 GridShape grid_shape(const CallShape& s, bool pack_gqa, int64_t num_splits) {
   return GridShape{s.batch, s.num_heads, s.num_heads_kv, s.max_seqlen_q, s.max_seqlen_k, pack_gqa, num_splits};
 }
@@ -713,6 +708,24 @@ Layout call_layout(const ForwardArgs& a, const CallShape& s) {
   l.softcap = s.softcap_log2 > 0.0f;
   l.sinks = a.sinks != nullptr;
   return l;
+}
+
+// The tile a shape class runs (the tile table's; no allocation: the hot path calls it), memoised per thread for the
+// last class: variant_tile runs the budget checks for the tiles it narrows (head-dim pairs between the table's rows,
+// the gather layouts' register split), work that depends on the class alone.
+TileDefaults class_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& l) {
+  struct Memo {
+    int dtype = -1, head_dim = 0, head_dim_v = 0, bits = 0;
+    bool causal = false;
+    TileDefaults tile{};
+  };
+  thread_local Memo memo;
+  const int bits = layout_bits(l);
+  if (memo.dtype != static_cast<int>(dtype) || memo.head_dim != head_dim || memo.head_dim_v != head_dim_v ||
+      memo.bits != bits || memo.causal != causal)
+    memo = Memo{static_cast<int>(dtype), head_dim, head_dim_v, bits, causal,
+                variant_tile(dtype, head_dim, head_dim_v, causal, l)};
+  return memo.tile;
 }
 
 ClassChoice choose_class(const ForwardArgs& a, const CallShape& s, int ordinal) {
