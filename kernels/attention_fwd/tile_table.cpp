@@ -56,12 +56,14 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
       // FA3's fp8 tiles (hopper/tile_size.h): 192x160 at d64, 192x128 at d96, 128x224 at d128, 128x128 at d256,
       // all RS P.V, intra-warpgroup overlap and pingpong. The producer warpgroup also transposes V in shared
       // memory. d192: FA3's 128x160 needs 192-byte rows (64-byte swizzle); with rows padded to 256 bytes two
-      // stages fit at 128x128.
+      // stages fit at 128x128. d256: 128x96 instead of FA3's 128x128 fits the consumers in 232 registers, so the
+      // producer gets the 40 of the V transpose's fast loop (derive_config): +5.8 % in geometric mean over the 12
+      // d256 cells on the H200, faster in every one (bench/NOTES.md).
       case 64: return {192, 160, 3, 2, true, true};
       case 96: return {192, 128, 3, 2, true, true};
       case 128: return {128, 224, 2, 2, true, true};
       case 192: return {128, 128, 2, 2, true, true};
-      default: return {128, 128, 2, 2, true, true};
+      default: return {128, 96, 2, 2, true, true};
     }
   }
   if (row == 192 && row_v == 128) return {128, 128, 2, 2, true, true};  // FA3's 192/128 (DeepSeek MLA prefill)
@@ -149,15 +151,12 @@ TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& layout) {
   if (layout.short_q) return decode_tile(dtype, head_dim, head_dim_v);
   TileDefaults d = default_tile(dtype, head_dim, head_dim_v, causal || layout.local);
-  // e4m3 + softcap spilled 528 bytes at d128 128x224 and 224 at d256 128x128; 128x160 and 128x96 spill none (d96
-  // 192x128 and d192 128x128 spill none as they are).
-  if (dtype == DType::kE4m3 && layout.softcap) {
-    const int row = std::max(tuned_row(head_dim), tuned_row(head_dim_v));
-    if (row == 128) d.block_n = std::min(d.block_n, 160);
-    if (row == 256) d.block_n = std::min(d.block_n, 96);
-  }
-  // The gather kernels' wide producer split leaves their consumers 232 registers (derive_config): e4m3 d256's
-  // 128x128 (estimated 236) narrows to 128x96 (no spills).
+  // e4m3 + softcap spilled 528 bytes at d128 128x224; 128x160 spills none (d96 192x128, d192 128x128 and d256
+  // 128x96 spill none as they are).
+  if (dtype == DType::kE4m3 && layout.softcap && std::max(tuned_row(head_dim), tuned_row(head_dim_v)) == 128)
+    d.block_n = std::min(d.block_n, 160);
+  // The gather kernels' wide producer split leaves their consumers 232 registers (derive_config); a tile whose
+  // estimate is above that narrows.
   return layout.paged_gather ? fitted(dtype, head_dim, head_dim_v, d, layout) : d;
 }
 
@@ -196,7 +195,7 @@ KernelConfig derive_config(const Spec& spec) {
       estimate(config.pv_chunk_n) <= kWideProducerSplit.consumer) {
     // The V transpose's fast loop (device/transpose_v.cuh: TransposeV::run_fast) keeps its addresses in registers
     // and spills at FA3's 24: the wide split where the consumers fit it (d128 128x224: estimate 232, ptxas no
-    // spills; not d256 128x128, whose 236 keep 24 + 2 x 240 and the lean loop).
+    // spills; d256 128x96: 216; a d256 128x128 spec needs 236 and keeps 24 + 2 x 240 and the lean loop).
     widen();
   }
   if (spec.fp32_two_level_accum) {

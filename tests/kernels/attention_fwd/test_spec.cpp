@@ -879,9 +879,15 @@ TEST_CASE("serving layout fields: defaults, combinations and their messages", "[
   CHECK(e128.consumer_registers == 232);
   const af::KernelConfig e256 = af::make_kernel_config(parse(R"({"dtype": "e4m3", "head_dim": 256})"));
   REQUIRE(e256.spec.consumer_warpgroups == 2);
-  CHECK(e256.estimated_consumer_registers == 236);
-  CHECK(e256.producer_registers == 24);
-  CHECK(e256.consumer_registers == 240);
+  CHECK(e256.spec.block_n == 96);
+  CHECK(e256.estimated_consumer_registers == 128 + 48 + 12 + 28);
+  CHECK(e256.producer_registers == 40);
+  CHECK(e256.consumer_registers == 232);
+  const af::KernelConfig e256n128 = af::make_kernel_config(
+      parse(R"({"dtype": "e4m3", "head_dim": 256, "tile": {"block_m": 128, "block_n": 128}})"));
+  CHECK(e256n128.estimated_consumer_registers == 236);
+  CHECK(e256n128.producer_registers == 24);
+  CHECK(e256n128.consumer_registers == 240);
   // The decode tile: one consumer warpgroup of 64 rows.
   af::Layout decode;
   decode.pack_gqa = decode.split_kv = decode.short_q = true;
