@@ -224,9 +224,11 @@ json parse_text(const std::string& text) {
   }
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path) { return read_file(path, "spec file", kMaxFileBytes); }
+
+std::string read_file(const std::string& path, const std::string& what, int64_t max_bytes) {
   const auto error = [&](const std::string& why) {
-    return Error(ErrorCode::kIoError, fmt::format("cannot read spec file \"{}\": {}", path, why));
+    return Error(ErrorCode::kIoError, fmt::format("cannot read {} \"{}\": {}", what, path, why));
   };
   // O_NONBLOCK: opening a FIFO that has no writer must not block; fstat then rejects it like any other file
   // that is not a regular one (a device such as /dev/zero would be read without end).
@@ -245,10 +247,10 @@ std::string read_file(const std::string& path) {
                        : S_ISBLK(st.st_mode)  ? "a block device"
                        : S_ISSOCK(st.st_mode) ? "a socket"
                                               : "not a regular file";
-    throw error(fmt::format("it is {}; spec files must be regular files", kind));
+    throw error(fmt::format("it is {}; a {} must be a regular file", kind, what));
   }
-  if (st.st_size > kMaxFileBytes)
-    throw error(fmt::format("it is {} bytes; spec files are at most {} bytes (1 MiB)", st.st_size, kMaxFileBytes));
+  if (st.st_size > max_bytes)
+    throw error(fmt::format("it is {} bytes; a {} is at most {} bytes", st.st_size, what, max_bytes));
   // Read until the end, but never past the limit: a file that grows while it is read is caught too.
   std::string text;
   text.reserve(static_cast<size_t>(st.st_size));
@@ -259,9 +261,8 @@ std::string read_file(const std::string& path) {
     if (n < 0) throw error(std::strerror(errno));
     if (n == 0) break;
     text.append(buffer, static_cast<size_t>(n));
-    if (text.size() > static_cast<size_t>(kMaxFileBytes))
-      throw error(fmt::format("it grew past {} bytes (1 MiB), the limit for spec files, while it was read",
-                              kMaxFileBytes));
+    if (text.size() > static_cast<size_t>(max_bytes))
+      throw error(fmt::format("it grew past {} bytes, the limit for a {}, while it was read", max_bytes, what));
   }
   return text;
 }

@@ -49,5 +49,7 @@ json parse_text(const std::string& text);
 /// Reads a spec (or sweep) file. Error(kIoError) naming the path and the rule when it cannot be opened or read,
 /// is not a regular file (a FIFO without a writer would block, /dev/zero never ends) or exceeds kMaxFileBytes.
 std::string read_file(const std::string& path);
+/// The same for another kind of file: `what` names it in the messages ("tuning database"), `max_bytes` bounds it.
+std::string read_file(const std::string& path, const std::string& what, int64_t max_bytes);
 
 }  // namespace fa3jit::json_fields

@@ -379,6 +379,8 @@ bool fsync_dir(const std::string& dir) {
   return ok;
 }
 
+}  // namespace
+
 // Writes `bytes` to a fresh temp file in `dir`, fsyncs it and renames it to `final_path`. The final name
 // only ever holds a complete file; on failure the temp file is removed and `why` says what went wrong.
 bool publish_file(const std::string& dir, const std::string& tag, const std::string& final_path,
@@ -405,6 +407,8 @@ bool publish_file(const std::string& dir, const std::string& tag, const std::str
   fsync_dir(dir);
   return true;
 }
+
+namespace {
 
 // Names of the directory's entries (empty when it cannot be opened).
 std::vector<std::string> list_dir(const std::string& dir) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +36,12 @@ std::string cache_key(const std::string& canonical_spec, const std::string& sour
 
 /// Default cache directory from the environment (see above).
 std::string default_cache_dir();
+
+/// Writes `bytes` to a fresh temp file in `dir` (named from `tag`, the process id and random hex), fsyncs it and
+/// renames it to `final_path` (in `dir`): readers see no file, the old file or the whole new one, never a torn one.
+/// False with `why` set when a step fails (the temp file is removed).
+bool publish_file(const std::string& dir, const std::string& tag, const std::string& final_path,
+                  std::string_view bytes, std::string* why);
 
 struct CacheLookup {
   std::shared_ptr<const CompiledKernel> kernel;

@@ -20,8 +20,18 @@ std::atomic<int> g_next_state_index{0};
 }  // namespace
 
 struct Runtime::Impl {
-  explicit Impl(const RuntimeOptions& o) : cache(o.cache_dir) {}
+  explicit Impl(const RuntimeOptions& o) : cache(o.cache_dir) {
+    if (o.tune_db == "off") return;
+    if (!o.tune_db.empty()) {
+      tune_path = o.tune_db;
+    } else if (const std::optional<std::string> p = fa3jit::tune_db_path(cache.directory())) {
+      tune_path = *p;
+    }
+  }
   CubinCache cache;
+  std::string tune_path;  // empty: no database
+  std::once_flag tune_once;
+  TuneDb tune;
   std::mutex mu;
   std::map<std::string, std::shared_ptr<LoadedKernel>> loaded;  // by canonical spec
   std::mutex state_mu;
@@ -45,6 +55,24 @@ void* Runtime::state_slot(int index, std::shared_ptr<void> (*make)()) {
 std::string Runtime::kernel_key(const KernelRequest& request) {
   return cache_key(request.canonical, request.source.code, default_compile_flags(), nvrtc_version_string(),
                    kTargetArch, kGeneratorVersion);
+}
+
+std::string Runtime::tune_db_path() const { return impl_->tune_path; }
+
+std::optional<nlohmann::json> Runtime::tuned_choice(const std::string& kind, const std::string& kernel_class,
+                                                    int ordinal) {
+  if (impl_->tune_path.empty()) return std::nullopt;
+  std::call_once(impl_->tune_once, [&] {
+    try {
+      impl_->tune = TuneDb::load(impl_->tune_path);
+    } catch (const Error& e) {
+      log(LogLevel::kWarn, fmt::format("{}; kernels come from the built-in tile table", e.what()));
+    }
+  });
+  if (impl_->tune.records().empty()) return std::nullopt;
+  const TuneRecord* r = impl_->tune.applied(kind, kernel_class, tune_identity(ordinal));
+  if (r == nullptr) return std::nullopt;
+  return r->choice;
 }
 
 bool Runtime::compiling_elsewhere(const KernelRequest& request) {

@@ -9,16 +9,21 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "jit/cubin_cache.h"
 #include "jit/family.h"
 #include "jit/loaded_kernel.h"
+#include "jit/tune_db.h"
 
 namespace fa3jit {
 
 struct RuntimeOptions {
   std::string cache_dir;  // empty = default_cache_dir()
+  /// The tuning database (jit/tune_db.h) whose applied records choose kernels: empty = tune_db_path(cache dir)
+  /// (FA3JIT_TUNE_DB, else <cache dir>/tune-db.json); "off" = the built-in tile table only.
+  std::string tune_db;
 };
 
 /// Result of preparing a kernel (what `fa3jit compile` prints).
@@ -56,6 +61,14 @@ class Runtime {
   /// Whether another process sharing the cache directory is compiling `request`'s kernel now (CubinCache::
   /// compiling_elsewhere on its key); never waits.
   bool compiling_elsewhere(const KernelRequest& request);
+
+  /// The applied choice of the tuning database for (kind, kernel_class) on device `ordinal` (its TuneRecord::choice),
+  /// or none. The database is read once, on the first call; one that cannot be read is reported once (a warning) and
+  /// treated as empty: a serving process keeps the built-in choices. Needs the driver when the database has records.
+  /// Not for the hot path (takes a lock): families memoise what they derive from it per class.
+  std::optional<nlohmann::json> tuned_choice(const std::string& kind, const std::string& kernel_class, int ordinal);
+  /// Where the database is read from (empty: none).
+  std::string tune_db_path() const;
 
   /// Unique per Runtime object in this process, never reused: keys per-thread memos of launch paths.
   uint64_t id() const { return id_; }

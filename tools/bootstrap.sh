@@ -16,7 +16,7 @@ build=${BUILD_DIR:-$root/build}
 cd "$root"
 
 # ---- dependencies (Debian packages; NVRTC and nvcc come with the CUDA toolkit) ----------------------
-packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev python3 python3-pytest)
+packages=(cmake ninja-build g++ libfmt-dev nlohmann-json3-dev libcli11-dev catch2 libssl-dev libpng-dev python3 python3-pytest)
 # test: clang for the sanitizer and libFuzzer build, llvm for llvm-symbolizer (readable sanitizer reports), pip
 # for the cuobjdump wheel when the toolkit lacks cuobjdump (the FP8 SASS test).
 if [[ "$mode" == test ]]; then packages+=(clang llvm python3-pip); fi

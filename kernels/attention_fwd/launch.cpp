@@ -8,15 +8,18 @@
 #include <utility>
 #include <tuple>
 #include <map>
+#include <optional>
 #include <shared_mutex>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "jit/driver.h"
 #include "kernels/attention_fwd/emit.h"
 #include "kernels/attention_fwd/index_check.h"
 #include "kernels/attention_fwd/scheduler.h"
+#include "kernels/attention_fwd/tuned.h"
 #include "kernels/attention_combine/launch.h"
 
 namespace fa3jit::attention_fwd {
@@ -632,14 +635,24 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
 // ---- plan cache ---------------------------------------------------------------------------------------
 
 // Everything the kernel choice depends on: integers only.
+// The tile fields of a class, comparable (TileDefaults has no order).
+auto tile_tie(const TileDefaults& t) {
+  return std::tie(t.block_m, t.block_n, t.consumer_warpgroups, t.stages, t.pingpong, t.intra_wg_overlap, t.cluster_m,
+                  t.fp32_two_level_accum);
+}
+
 struct ShapeClass {
   int dtype, out_dtype, quant, head_dim, head_dim_v, causal;
   int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q, local, softcap, sinks, paged_gather
+  TileDefaults tile;  // the built-in tile of the class, or the tuning database's (tuned.h)
   bool operator<(const ShapeClass& o) const {
-    return std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout) <
-           std::tie(o.dtype, o.out_dtype, o.quant, o.head_dim, o.head_dim_v, o.causal, o.layout);
+    return std::tuple_cat(std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout), tile_tie(tile)) <
+           std::tuple_cat(std::tie(o.dtype, o.out_dtype, o.quant, o.head_dim, o.head_dim_v, o.causal, o.layout),
+                          tile_tie(o.tile));
   }
-  bool operator==(const ShapeClass& o) const = default;
+  bool operator==(const ShapeClass& o) const {
+    return !(*this < o) && !(o < *this);
+  }
 };
 
 int layout_bits(const Layout& l) {
@@ -668,6 +681,26 @@ struct Plans {
   std::map<ShapeClass, std::shared_ptr<const Kernel>> by_class;
 };
 
+// The spec of a class: its tile in its layout. A tuned tile was validated without split_kv (tuned_tile); should it
+// not hold with it, the built-in tile runs and the warning says why.
+Spec class_spec(const ShapeClass& key) {
+  const DType dtype = static_cast<DType>(key.dtype), out = static_cast<DType>(key.out_dtype);
+  const Quant quant = static_cast<Quant>(key.quant);
+  const Layout layout = layout_of(key.layout);
+  Spec spec = tiled_spec(dtype, out, quant, key.head_dim, key.head_dim_v, key.causal != 0, key.tile, layout);
+  try {
+    validate(spec);
+  } catch (const Error& e) {
+    const Spec builtin = default_spec(dtype, out, quant, key.head_dim, key.head_dim_v, key.causal != 0, layout);
+    if (canonical_string(builtin) == canonical_string(spec)) throw;
+    log(LogLevel::kWarn, fmt::format("the tuned tile of \"{}\" does not hold for this call's layout ({}); the built-in "
+                                     "tile is used",
+                                     spec_summary(spec), e.what()));
+    spec = builtin;
+  }
+  return spec;
+}
+
 const Kernel& plan_for(Runtime& runtime, const ShapeClass& key) {
   Plans& plans = runtime.family_state<Plans>();
   {
@@ -675,9 +708,7 @@ const Kernel& plan_for(Runtime& runtime, const ShapeClass& key) {
     auto it = plans.by_class.find(key);
     if (it != plans.by_class.end()) return *it->second;
   }
-  const Spec spec = default_spec(static_cast<DType>(key.dtype), static_cast<DType>(key.out_dtype),
-                                 static_cast<Quant>(key.quant), key.head_dim, key.head_dim_v, key.causal != 0,
-                                 layout_of(key.layout));
+  const Spec spec = class_spec(key);
   std::shared_ptr<const Kernel> kernel = load_kernel(runtime, spec);  // compiles outside the lock
   std::unique_lock<std::shared_mutex> lock(plans.mu);
   return *plans.by_class.emplace(key, std::move(kernel)).first->second;
@@ -728,15 +759,45 @@ TileDefaults class_tile(DType dtype, int head_dim, int head_dim_v, bool causal, 
   return memo.tile;
 }
 
-ClassChoice choose_class(const ForwardArgs& a, const CallShape& s, int ordinal) {
+// The tuning database's tile for a class that does not split (tuned.h), memoised per thread for the last
+// (runtime, device, class); none without a runtime (plan_info: the built-in choice).
+std::optional<TileDefaults> class_tuned_tile(Runtime* runtime, int ordinal, const ForwardArgs& a, const CallShape& s,
+                                             const Layout& l) {
+  if (runtime == nullptr) return std::nullopt;
+  struct Memo {
+    uint64_t runtime_id = 0;
+    int ordinal = -1, dtype = -1, out_dtype = -1, quant = -1, head_dim = 0, head_dim_v = 0, bits = 0;
+    bool causal = false;
+    std::optional<TileDefaults> tile;
+  };
+  thread_local Memo memo;
+  const int bits = layout_bits(l);
+  const Memo want{runtime->id(), ordinal, static_cast<int>(a.dtype), static_cast<int>(s.out_dtype),
+                  static_cast<int>(a.quant), static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), bits,
+                  s.causal, std::nullopt};
+  if (std::tie(memo.runtime_id, memo.ordinal, memo.dtype, memo.out_dtype, memo.quant, memo.head_dim, memo.head_dim_v,
+               memo.bits, memo.causal) != std::tie(want.runtime_id, want.ordinal, want.dtype, want.out_dtype,
+                                                   want.quant, want.head_dim, want.head_dim_v, want.bits, want.causal)) {
+    memo = want;
+    memo.tile = tuned_tile(*runtime, ordinal, a.dtype, s.out_dtype, a.quant, static_cast<int>(s.head_dim),
+                           static_cast<int>(s.head_dim_v), s.causal, l);
+  }
+  return memo.tile;
+}
+
+// The class of a call: splits come from the built-in tile (so plan_info's workspace size holds for every runtime);
+// a call that does not split takes the runtime's tuned tile for its class when the tuning database has one.
+ClassChoice choose_class(Runtime* runtime, const ForwardArgs& a, const CallShape& s, int ordinal) {
   Layout l = call_layout(a, s);
   const bool causal = s.causal;
-  const TileDefaults tile =
-      class_tile(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal, l);
+  TileDefaults tile = class_tile(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal, l);
   const int splits = resolve_splits(a, s, tile.block_m, tile.block_n, l.pack_gqa, ordinal);
   l.split_kv = splits > 1;
+  if (!l.split_kv)
+    if (const std::optional<TileDefaults> tuned = class_tuned_tile(runtime, ordinal, a, s, l)) tile = *tuned;
   return {ShapeClass{static_cast<int>(a.dtype), static_cast<int>(s.out_dtype), static_cast<int>(a.quant),
-                     static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal ? 1 : 0, layout_bits(l)},
+                     static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal ? 1 : 0, layout_bits(l),
+                     tile},
           splits};
 }
 
@@ -785,7 +846,7 @@ LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* strea
   const CallShape shape = check_shape(args);
   check_q_pointer(args);
   const CallDevice device = call_device(args.q.data, "q.data", "q");
-  const ClassChoice choice = choose_class(args, shape, device.ordinal);
+  const ClassChoice choice = choose_class(&runtime, args, shape, device.ordinal);
   Memo& memo = t_memo;
   if (!(memo.runtime_id == runtime.id() && memo.key == choice.key && memo.ctx == device.ctx)) {
     const Kernel& kernel = plan_for(runtime, choice.key);
@@ -836,11 +897,9 @@ void launch(LaunchPlan& plan) {
 CallPlanInfo plan_info(const ForwardArgs& args) {
   const CallShape shape = check_shape(args);
   const int ordinal = heuristic_device(args);
-  const ClassChoice choice = choose_class(args, shape, ordinal);
+  const ClassChoice choice = choose_class(nullptr, args, shape, ordinal);
   CallPlanInfo info;
-  const ShapeClass& k = choice.key;
-  info.spec = default_spec(static_cast<DType>(k.dtype), static_cast<DType>(k.out_dtype), static_cast<Quant>(k.quant),
-                           k.head_dim, k.head_dim_v, k.causal != 0, layout_of(k.layout));
+  info.spec = class_spec(choice.key);
   info.num_splits = choice.num_splits;
   info.pack_gqa = info.spec.pack_gqa;
   info.workspace_bytes = static_cast<size_t>(workspace_layout(shape, choice.num_splits).bytes);

@@ -64,13 +64,22 @@ mkfifo "$work/fifo.json"  # no writer: opening it for reading blocks unless done
 expect 2 'overflow.json: spec field "problem.batch": number 1e309 at line 2, column 23' "$fa3jit" emit "$work/overflow.json"
 
 # 4. Files that are not regular: no hang, no endless read.
-expect 2 'fifo.json": it is a FIFO; spec files must be regular files' "$fa3jit" emit "$work/fifo.json"
+expect 2 'fifo.json": it is a FIFO; a spec file must be a regular file' "$fa3jit" emit "$work/fifo.json"
 expect 2 '"/dev/zero": it is a character device' "$fa3jit" compile /dev/zero
 expect 2 'fifo.json": it is a FIFO' "$fa3jit" tune "$work/fifo.json"
 
 # 5. Silent acceptance.
 expect 2 'nul.json: spec contains a NUL byte at byte offset 33' "$fa3jit" emit "$work/nul.json"
 expect 2 'dup_sweep.json: spec key "sweep" appears twice' "$fa3jit" tune "$work/dup_sweep.json"
+# The tuner's database and options.
+expect 2 'tune needs a SWEEP.json file' "$fa3jit" tune
+printf '{"format": "fa3jit-tune-db", "version": 1, "records": [' > "$work/torn-db.json"
+expect 2 'tuning database ".*torn-db.json"' "$fa3jit" tune show --db "$work/torn-db.json"
+printf '{"format": "fa3jit-tune-db", "version": 2}' > "$work/v2-db.json"
+expect 2 '"version" must be 1' "$fa3jit" tune show --db "$work/v2-db.json"
+expect 0 'missing-db.json: 0 records' "$fa3jit" tune show --db "$work/missing-db.json"
+[[ -e "$work/missing-db.json" ]] && fail "tune show created $work/missing-db.json"
+expect 2 'heatmap-axes' "$fa3jit" tune "$work/dup_sweep.json" --heatmap-axes a,b,c
 expect 2 '--seed: "-5" is not allowed' "$fa3jit" bench "$spec" --seed -5
 expect 2 'cannot write the kernel source to stdout' sh -c "'$fa3jit' emit '$spec' > /dev/full"
 expect 2 'fa3jit: error: cannot write to standard output' sh -c "'$fa3jit' cache list > /dev/full"

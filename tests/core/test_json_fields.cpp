@@ -142,7 +142,7 @@ TEST_CASE("spec files must be regular files of at most 1 MiB; nothing blocks", "
   };
   const std::string fifo = dir.path + "/spec.json";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // no writer: a blocking open would never return
-  CHECK_THAT(io_error(fifo), Contains("a FIFO") && Contains("must be regular files"));
+  CHECK_THAT(io_error(fifo), Contains("a FIFO") && Contains("must be a regular file"));
   CHECK_THAT(io_error("/dev/zero"), Contains("a character device"));
   CHECK_THAT(io_error(dir.path), Contains("a directory"));
   CHECK_THAT(io_error(dir.path + "/missing.json"), Contains("No such file"));

@@ -40,7 +40,17 @@ struct TuneOptions {
   int warmup = 5;
   int64_t check_rows = 256;
   uint64_t seed = 0;
-  int device = 0;
+  int device = 0;                         // --device: the one timing GPU when --gpus is not given
+  std::vector<int> gpus;                  // timing devices; empty = every visible GPU
+  int jobs = 0;                           // NVRTC workers; 0 = hardware threads, bounded by memory
+  bool apply = false;                     // make each class's winner the runtime's choice
+  std::string db;                         // tuning database; empty = FA3JIT_TUNE_DB, else <cache dir>/tune-db.json
+  std::vector<std::string> heatmap_axes;  // the heat map's x and y axes; empty = the first two swept
+};
+
+struct TuneShowOptions {
+  std::string db;
+  bool json = false;
 };
 
 int cmd_emit(const GlobalOptions& global, const EmitOptions& options);
@@ -52,6 +62,7 @@ bool is_quantize_spec(const std::string& path);
 int cmd_run_quantize(const GlobalOptions& global, const RunOptions& options);
 int cmd_bench_quantize(const GlobalOptions& global, const RunOptions& options);
 int cmd_tune(const GlobalOptions& global, const TuneOptions& options);
+int cmd_tune_show(const GlobalOptions& global, const TuneShowOptions& options);
 struct WarmOptions {
   std::vector<std::string> paths;  // spec files, or directories whose *.json files are specs
   int jobs = 0;                    // parallel compiles; 0 = hardware threads

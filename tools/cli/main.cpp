@@ -113,13 +113,29 @@ int main(int argc, char** argv) {
   TuneOptions tune_opts;
   CLI::App* tune = app.add_subcommand(
       "tune",
-      "compile every point of a sweep space, time it on a GPU and rank it.\n"
-      "SWEEP.json: {\"base\": {spec}, \"sweep\": {\"tile.block_n\": [64, 128], \"stages\": [2, 3]}}");
-  tune->add_option("sweep", tune_opts.sweep_path, "sweep JSON file")->required();
+      "compile every point of a sweep space on parallel NVRTC workers, time and check it on the GPUs, rank it, and "
+      "record the run (with a PNG heat map) in the tuning database; --apply makes each class's winner the kernel "
+      "the runtime picks on this kind of device.\n"
+      "SWEEP.json: {\"base\": {spec}, \"sweep\": {\"tile.block_n\": [64, 128], \"stages\": [2, 3]}}\n"
+      "Database: --db, else FA3JIT_TUNE_DB, else <cache dir>/tune-db.json; `fa3jit tune show` lists it.");
+  tune->add_option("sweep", tune_opts.sweep_path, "sweep JSON file");
   tune->add_option("--rows", tune_opts.check_rows, "random rows checked per candidate")->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{100000000}));
   add_gpu_options(tune, tune_opts.iters, tune_opts.warmup, tune_opts.seed, tune_opts.device);
+  tune->add_option("--gpus", tune_opts.gpus, "GPUs to time on, one worker each (default: every visible GPU)")
+      ->delimiter(',')->check(CLI::Range(0, 63));
+  tune->add_option("-j,--jobs", tune_opts.jobs, "parallel NVRTC compiles (default: hardware threads, 1 GiB each)")
+      ->check(CLI::Range(0, 256));
+  tune->add_flag("--apply", tune_opts.apply, "make each class's winner the runtime's choice on this kind of device");
+  tune->add_option("--db", tune_opts.db, "tuning database file");
+  tune->add_option("--heatmap-axes", tune_opts.heatmap_axes, "sweep keys of the heat map's x and y axes")
+      ->delimiter(',')->expected(1, 2);
   add_cache_dir(tune, global);
+  TuneShowOptions tune_show_opts;
+  CLI::App* tune_show = tune->add_subcommand("show", "list the tuning database's records");
+  tune_show->add_option("--db", tune_show_opts.db, "tuning database file");
+  tune_show->add_flag("--json", tune_show_opts.json, "print the database as JSON");
+  add_cache_dir(tune_show, global);
 
   CLI::App* cache = app.add_subcommand("cache", "inspect or clear the cubin cache");
   cache->require_subcommand(1);
@@ -155,7 +171,16 @@ int main(int argc, char** argv) {
     else if (*compile) rc = cmd_compile(global, compile_opts);
     else if (*run) rc = cmd_run(global, run_opts);
     else if (*bench) rc = cmd_bench(global, bench_opts);
-    else if (*tune) rc = cmd_tune(global, tune_opts);
+    else if (*tune_show) rc = cmd_tune_show(global, tune_show_opts);
+    else if (*tune) {
+      if (tune_opts.sweep_path.empty()) {
+        fmt::print(stderr, "fa3jit: error: tune needs a SWEEP.json file (or `tune show`); see fa3jit tune --help\n");
+        return 2;
+      }
+      // --device (the option every GPU command has) is the one timing GPU unless --gpus names them.
+      if (tune_opts.gpus.empty() && tune->get_option("--device")->count() > 0) tune_opts.gpus = {tune_opts.device};
+      rc = cmd_tune(global, tune_opts);
+    }
     else if (*cache_list) rc = cmd_cache_list(global);
     else if (*cache_clear) rc = cmd_cache_clear(global);
     else if (*cache_warm) rc = cmd_cache_warm(global, warm_opts);
