@@ -342,8 +342,8 @@ std::string slug(const std::string& s) {
   return out;
 }
 
-// The heat map of one class: the first two axes with more than one value (--heatmap-axes picks others), each cell
-// the best passing candidate over the remaining axes.
+// The heat map of one class: the two axes with the most values (--heatmap-axes picks others), each cell the best
+// passing candidate over the remaining axes.
 std::optional<HeatMap> class_heat_map(const std::vector<Axis>& axes, const std::vector<Candidate>& candidates,
                                       const std::string& kernel_class, const std::vector<std::string>& wanted,
                                       const std::string& subtitle) {
@@ -357,8 +357,13 @@ std::optional<HeatMap> class_heat_map(const std::vector<Axis>& axes, const std::
       shown.push_back(static_cast<size_t>(it - axes.begin()));
     }
   } else {
-    for (size_t a = 0; a < axes.size() && shown.size() < 2; ++a)
-      if (axes[a].values.size() > 1) shown.push_back(a);
+    // The two axes with the most values (block_n x stages, say), ties in key order.
+    std::vector<size_t> order;
+    for (size_t a = 0; a < axes.size(); ++a)
+      if (axes[a].values.size() > 1) order.push_back(a);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return axes[a].values.size() > axes[b].values.size(); });
+    shown.assign(order.begin(), order.begin() + std::min<size_t>(2, order.size()));
   }
   if (shown.empty()) return std::nullopt;
   const Axis& ax = axes[shown[0]];
