@@ -194,12 +194,12 @@ json TuneDb::to_json() const {
   return json{{"format", kFormat}, {"version", kVersion}, {"records", std::move(records)}};
 }
 
-int TuneDb::lock_file(const std::string& path) {
+TuneDb::Lock::Lock(const std::string& path) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   const std::string lock = lock_path(path);
-  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0)
     throw Error(ErrorCode::kIoError, fmt::format("cannot open the tuning database's lock \"{}\": {}", lock,
                                                  std::strerror(errno)));
@@ -209,10 +209,9 @@ int TuneDb::lock_file(const std::string& path) {
     ::close(fd);
     throw Error(ErrorCode::kIoError, fmt::format("cannot lock \"{}\": {}", lock, std::strerror(err)));
   }
-  return fd;
 }
 
-void TuneDb::unlock_file(int fd) { ::close(fd); }
+TuneDb::Lock::~Lock() { ::close(fd); }  // closing the descriptor releases the lock
 
 void TuneDb::publish(const std::string& path) const {
   const std::filesystem::path p(path);

@@ -73,21 +73,21 @@ class TuneDb {
   /// atomically (creating the directory). Error(kIoError) naming the path when it cannot be written.
   template <class Change>
   static void update(const std::string& path, Change change) {
-    const int lock = lock_file(path);
-    try {
-      TuneDb db = load(path);
-      change(db);
-      db.publish(path);
-    } catch (...) {
-      unlock_file(lock);
-      throw;
-    }
-    unlock_file(lock);
+    const Lock lock(path);
+    TuneDb db = load(path);
+    change(db);
+    db.publish(path);
   }
 
  private:
-  static int lock_file(const std::string& path);
-  static void unlock_file(int fd);
+  // The exclusive flock on <path>.lock, held for the object's life.
+  struct Lock {
+    explicit Lock(const std::string& path);
+    ~Lock();
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+    int fd;
+  };
   void publish(const std::string& path) const;
   std::vector<TuneRecord> records_;
 };

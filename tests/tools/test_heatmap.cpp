@@ -34,8 +34,7 @@ HeatMap two_by_three() {
   return m;
 }
 
-// The colour at the centre-left of a cell's interior, away from its text: found by scanning a row for the cell's
-// fill. Returns the pixel at (x, y).
+// The RGB pixel at (x, y).
 std::array<uint8_t, 3> pixel(const Image& im, int x, int y) {
   const uint8_t* p = &im.rgb[(static_cast<size_t>(y) * im.width + x) * 3];
   return {p[0], p[1], p[2]};

@@ -165,6 +165,27 @@ class Progress {
   Clock::time_point start_;
 };
 
+// One step of a candidate on a worker thread: `work` runs, any exception becomes the candidate's failure (a throw out
+// of a worker would terminate the process), then the progress line and `describe`'s report (or the failure) print.
+template <class Work, class Describe>
+void run_step(Candidate& c, Progress& progress, std::mutex& print_mu, Work work, Describe describe) noexcept {
+  try {
+    work();
+  } catch (const Error& e) {
+    c.failed = fmt::format("{}: {}", error_code_name(e.code()), e.what());
+  } catch (const std::exception& e) {
+    c.failed = fmt::format("internal: {}", e.what());
+  }
+  const std::string line = progress.step();
+  std::lock_guard<std::mutex> lock(print_mu);
+  if (!c.failed.empty()) {
+    fmt::print("{} failed   {}: {}\n", line, c.label, c.failed);
+  } else {
+    describe(line);
+  }
+  std::fflush(stdout);
+}
+
 // Compile workers: the hardware threads, at most one per kCompileWorkerBytes of available memory.
 size_t compile_jobs(int requested, size_t candidates) {
   size_t jobs = requested > 0 ? static_cast<size_t>(requested) : std::max(1u, std::thread::hardware_concurrency());
@@ -236,32 +257,27 @@ void time_candidates(Runtime& runtime, std::vector<Candidate>& candidates, const
     for (size_t n = next++; n < todo.size(); n = next++) {
       Candidate& c = candidates[todo[n]];
       c.device = device;
-      try {
-        const testing::ProblemShape shape = testing::shape_of(*c.tcase);
-        if (!problem || !same_shape(problem->shape, shape)) {
-          problem.reset();  // free the old device buffers before allocating new ones
-          problem.emplace(shape, options.seed);
-        }
-        const auto loaded = af::load_kernel(runtime, c.tcase->spec);
-        problem->run(runtime, loaded.get());
-        const CheckResult check = problem->check_sampled(c.tcase->spec.block_m, options.check_rows, options.seed);
-        c.check_passed = check.passed;
-        c.check_failure = check.failure;
-        c.timing = problem->time(runtime, loaded.get(), options.warmup, options.iters);
-      } catch (const Error& e) {
-        c.failed = fmt::format("{}: {}", error_code_name(e.code()), e.what());
-      } catch (const std::exception& e) {
-        c.failed = fmt::format("internal: {}", e.what());
-      }
-      const std::string line = progress.step();
-      std::lock_guard<std::mutex> lock(print_mu);
-      if (!c.failed.empty()) {
-        fmt::print("{} failed   {}: {}\n", line, c.label, c.failed);
-      } else {
-        fmt::print("{} timed    {}: {:.4f} ms, {:.1f} TFLOPS, check {} (GPU {})\n", line, c.label, c.timing->median_ms,
-                   c.timing->tflops, *c.check_passed ? "PASS" : "FAIL: " + c.check_failure, device);
-      }
-      std::fflush(stdout);
+      run_step(
+          c, progress, print_mu,
+          [&] {
+            const testing::ProblemShape shape = testing::shape_of(*c.tcase);
+            if (!problem || !same_shape(problem->shape, shape)) {
+              problem.reset();  // free the old device buffers before allocating new ones
+              problem.emplace(shape, options.seed);
+            }
+            const auto loaded = af::load_kernel(runtime, c.tcase->spec);
+            problem->run(runtime, loaded.get());
+            const CheckResult check =
+                problem->check_sampled(c.tcase->spec.block_m, options.check_rows, options.seed);
+            c.check_passed = check.passed;
+            c.check_failure = check.failure;
+            c.timing = problem->time(runtime, loaded.get(), options.warmup, options.iters);
+          },
+          [&](const std::string& line) {
+            fmt::print("{} timed    {}: {:.4f} ms, {:.1f} TFLOPS, check {} (GPU {})\n", line, c.label,
+                       c.timing->median_ms, c.timing->tflops, *c.check_passed ? "PASS" : "FAIL: " + c.check_failure,
+                       device);
+          });
     }
   };
   run_workers(devices.size(), worker);
@@ -280,25 +296,17 @@ void compile_candidates(Runtime& runtime, std::vector<Candidate>& candidates, in
   run_workers(workers, [&]() noexcept {
     for (size_t n = next++; n < todo.size(); n = next++) {
       Candidate& c = candidates[todo[n]];
-      try {
-        c.kernel = runtime.prepare(af::make_request(af::make_kernel_config(c.tcase->spec)));
-      } catch (const Error& e) {
-        c.failed = fmt::format("{}: {}", error_code_name(e.code()), e.what());
-      } catch (const std::exception& e) {
-        c.failed = fmt::format("internal: {}", e.what());
-      }
-      const std::string line = progress.step();
-      std::lock_guard<std::mutex> lock(print_mu);
-      if (!c.failed.empty()) {
-        fmt::print("{} failed   {}: {}\n", line, c.label, c.failed);
-      } else {
-        const ResourceReport& r = c.kernel->compiled->report;
-        fmt::print("{} compiled {}: {} regs, spill {}/{} B, stack {} B, smem {} B, {} threads ({} {:.0f} ms)\n", line,
-                   c.label, reported(r.registers), reported(r.spill_store_bytes), reported(r.spill_load_bytes),
-                   reported(r.stack_frame_bytes), c.kernel->request.launch.smem_bytes,
-                   c.kernel->request.launch.num_threads, c.kernel->cache_hit ? "hit" : "miss", c.kernel->ms);
-      }
-      std::fflush(stdout);
+      run_step(
+          c, progress, print_mu,
+          [&] { c.kernel = runtime.prepare(af::make_request(af::make_kernel_config(c.tcase->spec))); },
+          [&](const std::string& line) {
+            const ResourceReport& r = c.kernel->compiled->report;
+            fmt::print("{} compiled {}: {} regs, spill {}/{} B, stack {} B, smem {} B, {} threads ({} {:.0f} ms)\n",
+                       line, c.label, reported(r.registers), reported(r.spill_store_bytes),
+                       reported(r.spill_load_bytes), reported(r.stack_frame_bytes),
+                       c.kernel->request.launch.smem_bytes, c.kernel->request.launch.num_threads,
+                       c.kernel->cache_hit ? "hit" : "miss", c.kernel->ms);
+          });
     }
   });
 }
@@ -505,8 +513,8 @@ int cmd_tune(const GlobalOptions& global, const TuneOptions& options) {
   }
   const TuneIdentity identity = tune_identity(devices.front());
   std::vector<TuneRecord> records;
-  for (const auto& [kernel_class, first] : first_of_class) {
-    (void)first;
+  for (const auto& entry : first_of_class) {
+    const std::string& kernel_class = entry.first;
     TuneRecord r;
     r.kind = af::kTuneKind;
     r.kernel_class = kernel_class;
