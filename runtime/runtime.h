@@ -23,7 +23,7 @@ struct RuntimeOptions {
   std::string cache_dir;  // empty = default_cache_dir()
   /// The tuning database (jit/tune_db.h) whose applied records choose kernels: empty = tune_db_path(cache dir)
   /// (FA3JIT_TUNE_DB, else <cache dir>/tune-db.json); "off" = the built-in tile table only.
-  std::string tune_db;
+  std::string tune_db = {};
 };
 
 /// Result of preparing a kernel (what `fa3jit compile` prints).

@@ -1,12 +1,14 @@
-// Harness: the sweep-file reader of `fa3jit tune` (tools/cli/cmd_tune.cpp) on arbitrary file contents, then
-// each candidate the CLI would build, up to the emitted source (no NVRTC).
-//
-// The reader and its shape checks are file-local to cmd_tune.cpp; the harness includes that file so that it
-// fuzzes the CLI's own code, not a copy. (Exposing read_sweep/sweep_axes/set_field in a header of
-// tools/cli would let this include go; docs/reliability.md.)
-#include "tools/cli/cmd_tune.cpp"
-
+// Harness: the sweep-file reader of `fa3jit tune` (tools/cli/sweep.h) on arbitrary file contents, then each
+// candidate the CLI would build, up to the emitted source (no NVRTC).
+#include <algorithm>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "kernels/attention_fwd/emit.h"
+#include "testing/attention_problem.h"
+#include "tools/cli/sweep.h"
 
 #include "core/log.h"
 #include "fuzz_util.h"

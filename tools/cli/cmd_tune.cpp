@@ -41,6 +41,7 @@
 #include "testing/attention_problem.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/heatmap.h"
+#include "tools/cli/sweep.h"
 
 namespace fa3jit::cli {
 namespace {
@@ -48,15 +49,9 @@ namespace {
 namespace af = attention_fwd;
 using nlohmann::json;
 
-constexpr size_t kMaxCandidates = 4096;
 // Peak host memory of one NVRTC compile of an attention kernel is a few hundred MB (ptxas dominates); a worker is
 // given 1 GiB so a sweep on a small machine never swaps.
 constexpr int64_t kCompileWorkerBytes = int64_t{1} << 30;
-
-struct Axis {
-  std::string key;
-  std::vector<json> values;
-};
 
 struct Candidate {
   std::string label;            // "tile.block_n=64 stages=3"
@@ -73,65 +68,6 @@ struct Candidate {
   int device = -1;              // where it was timed
 };
 
-json read_sweep(const std::string& path) {
-  const std::string text = json_fields::read_file(path);
-  json doc;
-  try {
-    doc = json_fields::parse_text(text);
-  } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("{}: {}", path, e.what()));
-  }
-  if (!doc.is_object()) throw Error(ErrorCode::kInvalidSpec, fmt::format("{}: must be a JSON object", path));
-  for (const auto& [key, value] : doc.items()) {
-    if (key != "base" && key != "sweep") {
-      throw Error(ErrorCode::kInvalidSpec,
-                  fmt::format("{}: unknown key \"{}\"; allowed: \"base\", \"sweep\"", path, key));
-    }
-  }
-  if (!doc.contains("base") || !doc["base"].is_object()) {
-    throw Error(ErrorCode::kInvalidSpec, fmt::format("{}: \"base\" must be a spec object", path));
-  }
-  if (!doc.contains("sweep") || !doc["sweep"].is_object()) {
-    throw Error(ErrorCode::kInvalidSpec,
-                fmt::format("{}: \"sweep\" must be an object of field -> list of values", path));
-  }
-  return doc;
-}
-
-std::vector<Axis> sweep_axes(const json& sweep) {
-  std::vector<Axis> axes;
-  size_t total = 1;
-  for (const auto& [key, values] : sweep.items()) {
-    if (!values.is_array() || values.empty()) {
-      throw Error(ErrorCode::kInvalidSpec,
-                  fmt::format("sweep.{} must be a non-empty list of values, got {}", key, values.dump()));
-    }
-    total *= values.size();
-    if (total > kMaxCandidates) {
-      throw Error(ErrorCode::kInvalidSpec,
-                  fmt::format("the sweep has more than {} candidates; narrow the lists", kMaxCandidates));
-    }
-    axes.push_back({key, std::vector<json>(values.begin(), values.end())});
-  }
-  return axes;
-}
-
-// Sets a dotted field ("tile.block_n") in a spec document.
-void set_field(json& doc, const std::string& dotted, const json& value) {
-  json* node = &doc;
-  size_t start = 0;
-  for (size_t dot = dotted.find('.'); dot != std::string::npos; dot = dotted.find('.', start)) {
-    json& child = (*node)[dotted.substr(start, dot - start)];
-    if (child.is_null()) child = json::object();
-    if (!child.is_object()) {
-      throw Error(ErrorCode::kInvalidSpec,
-                  fmt::format("sweep.{}: \"{}\" in base is not an object", dotted, dotted.substr(0, dot)));
-    }
-    node = &child;
-    start = dot + 1;
-  }
-  (*node)[dotted.substr(start)] = value;
-}
 
 // A progress line: "[ 12/48  25%  eta 0:42]", from the mean time of the steps done so far; on a terminal also a bar
 // on stderr that redraws in place.
