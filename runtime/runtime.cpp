@@ -1,6 +1,7 @@
 // The generic runtime (runtime.h): request -> compiled (NVRTC or cache) -> loaded, once per identity.
 #include "runtime/runtime.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -59,20 +60,37 @@ std::string Runtime::kernel_key(const KernelRequest& request) {
 
 std::string Runtime::tune_db_path() const { return impl_->tune_path; }
 
-std::optional<nlohmann::json> Runtime::tuned_choice(const std::string& kind, const std::string& kernel_class,
-                                                    int ordinal) {
-  if (impl_->tune_path.empty()) return std::nullopt;
+const TuneDb& Runtime::tune_db() {
   std::call_once(impl_->tune_once, [&] {
+    if (impl_->tune_path.empty()) return;
     try {
       impl_->tune = TuneDb::load(impl_->tune_path);
     } catch (const Error& e) {
       log(LogLevel::kWarn, fmt::format("{}; kernels come from the built-in tile table", e.what()));
     }
   });
-  if (impl_->tune.records().empty()) return std::nullopt;
-  const TuneRecord* r = impl_->tune.applied(kind, kernel_class, tune_identity(ordinal));
+  return impl_->tune;
+}
+
+std::optional<nlohmann::json> Runtime::tuned_choice(const std::string& kind, const std::string& kernel_class,
+                                                    int ordinal) {
+  const TuneDb& db = tune_db();
+  if (db.records().empty()) return std::nullopt;
+  const TuneRecord* r = db.applied(kind, kernel_class, tune_identity(ordinal));
   if (r == nullptr) return std::nullopt;
   return r->choice;
+}
+
+std::vector<nlohmann::json> Runtime::applied_choices(const std::string& kind, const std::string& kernel_class) {
+  std::vector<nlohmann::json> choices;
+  const std::string nvrtc = nvrtc_version_string();
+  for (const TuneRecord& r : tune_db().records()) {
+    if (!r.applied || r.kind != kind || r.kernel_class != kernel_class || r.device.nvrtc_version != nvrtc ||
+        r.device.generator_version != kGeneratorVersion)
+      continue;
+    if (std::find(choices.begin(), choices.end(), r.choice) == choices.end()) choices.push_back(r.choice);
+  }
+  return choices;
 }
 
 bool Runtime::compiling_elsewhere(const KernelRequest& request) {

@@ -67,6 +67,11 @@ class Runtime {
   /// treated as empty: a serving process keeps the built-in choices. Needs the driver when the database has records.
   /// Not for the hot path (takes a lock): families memoise what they derive from it per class.
   std::optional<nlohmann::json> tuned_choice(const std::string& kind, const std::string& kernel_class, int ordinal);
+  /// Every applied choice for (kind, kernel_class) recorded with this build's NVRTC and generator, on any device
+  /// (a cubin does not depend on the device that runs it): what `cache warm` compiles besides the built-in kernels,
+  /// so a serving process that tuned on its GPUs finds its tuned kernels on disk. Read as tuned_choice reads the
+  /// database; needs no driver.
+  std::vector<nlohmann::json> applied_choices(const std::string& kind, const std::string& kernel_class);
   /// Where the database is read from (empty: none).
   std::string tune_db_path() const;
 
@@ -82,6 +87,8 @@ class Runtime {
   }
 
  private:
+  // The tuning database, read on first use (empty when there is none or it cannot be read: reported once).
+  const TuneDb& tune_db();
   static int next_state_index();
   void* state_slot(int index, std::shared_ptr<void> (*make)());
   struct Impl;

@@ -17,6 +17,7 @@
 #include "jit/family.h"
 #include "kernels/attention_combine/spec.h"
 #include "kernels/attention_fwd/launch.h"
+#include "kernels/attention_fwd/tuned.h"
 
 namespace fa3jit::attention_fwd {
 namespace {
@@ -185,7 +186,7 @@ const char* kv_name(KvLayout kv) {
 
 }  // namespace
 
-std::vector<ManifestKernel> manifest_kernels(const json& manifest) {
+std::vector<ManifestKernel> manifest_kernels(const json& manifest, Runtime* runtime) {
   jf::require_object(manifest, "");
   jf::reject_unknown_keys(manifest, "", {"kind", "models"});
   if (!manifest.contains("kind") ||
@@ -241,6 +242,8 @@ std::vector<ManifestKernel> manifest_kernels(const json& manifest) {
             throw Error(code, fmt::format("manifest models[{}] ({}): {}", i, what, e.what()));
           }
           add(canonical_json(spec), what);
+          if (runtime != nullptr && c.packed_q)  // a decode step's tile is never tuned (tuned.h)
+            for (const Spec& tuned : tuned_specs(*runtime, spec)) add(canonical_json(tuned), what + " (tuned tile)");
           if (spec.split_kv)
             add(attention_combine::canonical_json(
                     attention_combine::default_spec(spec.out_dtype, spec.head_dim_v, kMaxSplits)),
@@ -253,7 +256,7 @@ std::vector<ManifestKernel> manifest_kernels(const json& manifest) {
 }
 
 size_t warm_manifest(Runtime& runtime, const json& manifest, size_t jobs) {
-  const std::vector<ManifestKernel> kernels = manifest_kernels(manifest);
+  const std::vector<ManifestKernel> kernels = manifest_kernels(manifest, &runtime);
   std::atomic<size_t> compiled{0};
   std::atomic<bool> failed{false};
   std::mutex mu;  // guards error and deferred

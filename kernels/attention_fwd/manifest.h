@@ -21,7 +21,8 @@
 // decode step (dense q of each decode_queries over each K/V layout), each with and without split-KV (the
 // runtime's heuristic may pick either); every one is resolved to its kernel by attention_fwd::call_spec, the
 // function forward uses, so the manifest warms exactly the kernels the calls will run (a split kernel also needs
-// the attention_combine kernel of its out dtype and head_dim_v, which is listed too). Unknown keys, wrong types
+// the attention_combine kernel of its out dtype and head_dim_v, which is listed too; so are the tuned tiles of the
+// runtime's tuning database for a prefill class, which the runtime runs in its place). Unknown keys, wrong types
 // and values out of range are Error(kInvalidSpec) naming the field ("models[0].page_sizes[1]").
 #pragma once
 
@@ -42,13 +43,16 @@ struct ManifestKernel {
   std::string what;     // e.g. "Llama-3.1-8B decode (1 query, paged 16, split)"
 };
 
-/// The distinct kernels of a manifest document, in a stable order. Throws Error(kInvalidSpec) for a bad manifest
-/// and the argument errors of forward (e.g. kUnsupported for head dims with no kernel) naming the model.
-std::vector<ManifestKernel> manifest_kernels(const nlohmann::json& manifest);
+/// The distinct kernels of a manifest document, in a stable order. With a runtime, each prefill kernel is followed by
+/// the kernels of the tuned tiles its class has in the runtime's tuning database (tuned.h: tuned_specs), which the
+/// runtime runs instead of it on the devices they were tuned on. Throws Error(kInvalidSpec) for a bad manifest and the
+/// argument errors of forward (e.g. kUnsupported for head dims with no kernel) naming the model.
+std::vector<ManifestKernel> manifest_kernels(const nlohmann::json& manifest, Runtime* runtime = nullptr);
 
-/// Compiles every kernel of the manifest into the runtime's cubin cache (memory and disk), so later calls only
-/// load them; safe to run on a thread of its own while other threads call forward (the cache compiles each kernel
-/// once; a call that needs a kernel being compiled waits for it instead of compiling it again). Returns how many
+/// Compiles every kernel of the manifest (manifest_kernels with the runtime: tuned tiles included) into the runtime's
+/// cubin cache (memory and disk), so later calls only load them; safe to run on a thread of its own while other
+/// threads call forward (the cache compiles each kernel once; a call that needs a kernel being compiled waits for it
+/// instead of compiling it again). Returns how many
 /// were compiled (not found in the cache). Compiles on `jobs` threads, the calling one included (0:
 /// background_compile_jobs(), half the hardware threads, 1 to 8); kernels another process sharing the cache
 /// directory is compiling come last (Runtime::compiling_elsewhere), so ranks warming one manifest split it. The first

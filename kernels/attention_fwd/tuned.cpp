@@ -103,6 +103,20 @@ Spec apply_choice(const Spec& base, const json& choice) {
   return spec;
 }
 
+std::vector<Spec> tuned_specs(Runtime& runtime, const Spec& spec) {
+  std::vector<Spec> specs;
+  if (spec.split_kv) return specs;
+  const Spec base = builtin_spec(spec);
+  for (const json& choice : runtime.applied_choices(kTuneKind, tune_class(spec))) {
+    try {
+      specs.push_back(apply_choice(base, choice));
+    } catch (const Error&) {
+      // not valid for the class: the launch path warns when a call of it meets this choice
+    }
+  }
+  return specs;
+}
+
 std::optional<TileDefaults> tuned_tile(Runtime& runtime, int ordinal, DType dtype, DType out_dtype, Quant quant,
                                        int head_dim, int head_dim_v, bool causal, const Layout& layout) {
   if (layout.short_q || layout.split_kv || runtime.tune_db_path().empty()) return std::nullopt;

@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,6 +42,12 @@ nlohmann::json tune_choice(const Spec& spec);
 /// the field for a key that is not a choice field, a value the spec rules reject, or, for quant per_block, a tile
 /// that is not the built-in one.
 Spec apply_choice(const Spec& base, const nlohmann::json& choice);
+
+/// The tuned kernels `cache warm` compiles beside `spec`, a kernel the runtime picks for a call that does not split
+/// and is not a decode step: `spec`'s class with each of the runtime's applied choices for it (Runtime::
+/// applied_choices: this build's toolchain, any device). A choice that does not hold for the class is left out (the
+/// launch path reports it when a call meets it); none for a split_kv spec.
+std::vector<Spec> tuned_specs(Runtime& runtime, const Spec& spec);
 
 /// The tuned tile of a call class on device `ordinal`: the applied record of the runtime's tuning database, when
 /// there is one and it is valid for the class (an invalid one is reported once as a warning and ignored). Computed

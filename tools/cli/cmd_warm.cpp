@@ -56,9 +56,9 @@ struct Item {
   std::string what;                     // which of the manifest's calls needs it
 };
 
-// Spec files as they are; a serving manifest becomes its kernels. A manifest that cannot be read or expanded is one
-// error line (and counts as a failure).
-std::vector<Item> items_of(const std::vector<std::string>& files, std::vector<std::string>& errors) {
+// Spec files as they are; a serving manifest becomes its kernels, with the tuned tiles of the runtime's tuning
+// database (manifest.h). A manifest that cannot be read or expanded is one error line (and counts as a failure).
+std::vector<Item> items_of(Runtime& runtime, const std::vector<std::string>& files, std::vector<std::string>& errors) {
   std::vector<Item> items;
   for (const std::string& file : files) {
     try {
@@ -68,7 +68,7 @@ std::vector<Item> items_of(const std::vector<std::string>& files, std::vector<st
         continue;
       }
       try {
-        for (attention_fwd::ManifestKernel& k : attention_fwd::manifest_kernels(document.spec))
+        for (attention_fwd::ManifestKernel& k : attention_fwd::manifest_kernels(document.spec, &runtime))
           items.push_back({file, std::move(k.spec), std::move(k.what)});
       } catch (const Error& e) {
         throw Error(e.code(), fmt::format("{}: {}", file, e.what()));
@@ -124,10 +124,10 @@ Outcome warm_one(Runtime& runtime, const Item& item) {
 int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
   const std::vector<std::string> files = expand(options.paths);
   if (files.empty()) throw Error(ErrorCode::kIoError, "cache warm: no spec files found in the given paths");
-  std::vector<std::string> errors;
-  const std::vector<Item> items = items_of(files, errors);
-  for (const std::string& line : errors) fmt::print("{}\n", line);
   Runtime runtime(RuntimeOptions{global.cache_dir});
+  std::vector<std::string> errors;
+  const std::vector<Item> items = items_of(runtime, files, errors);
+  for (const std::string& line : errors) fmt::print("{}\n", line);
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   const size_t jobs = std::max<size_t>(1, std::min<size_t>(items.size(), options.jobs > 0 ? options.jobs : hardware));
   std::atomic<size_t> next{0};

@@ -7,6 +7,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <future>
@@ -17,9 +18,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "jit/compiler.h"
+#include "jit/emit_util.h"
 #include "jit/family.h"
+#include "jit/tune_db.h"
 #include "kernels/attention_fwd/launch.h"
 #include "kernels/attention_fwd/manifest.h"
+#include "kernels/attention_fwd/tuned.h"
 #include "runtime/runtime.h"
 
 using namespace fa3jit;
@@ -178,6 +183,64 @@ TEST_CASE("bad manifests are errors naming the field", "[manifest]") {
   CHECK_THAT(error_of(no_pages), Contains("models[0].page_sizes") && Contains("missing"));
   CHECK_THAT(error_of({{"kind", "serving_manifest"}, {"models", json::array()}}), Contains("models"));
   CHECK_THAT(error_of({{"kind", "attention_fwd"}, {"models", {1}}}), Contains("kind"));
+}
+
+TEST_CASE("with a runtime, a manifest also lists the tuned tiles of its prefill classes for this build",
+          "[manifest][tune_db]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "fa3jit-test-manifest-tuned";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string db_path = (dir / "tune-db.json").string();
+  const json manifest = llama();
+  const std::vector<ManifestKernel> builtin = manifest_kernels(manifest);
+  // The prefill over the paged cache, not split: the class a tuned tile may replace.
+  const auto prefill = std::find_if(builtin.begin(), builtin.end(), [](const ManifestKernel& k) {
+    return k.what == "Llama-3.1-8B prefill (paged 16)";
+  });
+  REQUIRE(prefill != builtin.end());
+  const Spec prefill_spec = parse_spec(split_spec_document(prefill->spec).spec);
+  REQUIRE_FALSE(prefill_spec.split_kv);
+  const std::string token = tune_class(prefill_spec);
+  const int builtin_n = prefill_spec.block_n;
+  const int tuned_n = builtin_n == 96 ? 112 : 96, other_device_n = builtin_n == 80 ? 64 : 80;
+  auto record = [&](int block_n, const std::string& device, const std::string& generator, bool applied) {
+    TuneRecord r;
+    r.kind = kTuneKind;
+    r.kernel_class = token;
+    r.device = TuneIdentity{device, 132, 13000, nvrtc_version_string(), generator};
+    r.problem = {{"seqlen_q", 4096}};
+    r.choice = {{"tile", {{"block_m", prefill_spec.block_m}, {"block_n", block_n}}}};
+    r.label = "tile.block_n=" + std::to_string(block_n);
+    r.applied = applied;
+    return r;
+  };
+  TuneDb::update(db_path, [&](TuneDb& db) {
+    db.add(record(tuned_n, "NVIDIA H200", kGeneratorVersion, true), true);
+    db.add(record(other_device_n, "NVIDIA H100 80GB HBM3", kGeneratorVersion, true), true);
+    db.add(record(64, "NVIDIA H20", "fa3jit-gen-0", true), true);  // another generator: its cubin is not ours
+    TuneRecord unapplied = record(48, "NVIDIA GH200", kGeneratorVersion, false);
+    unapplied.problem = {{"seqlen_q", 512}};
+    db.add(unapplied, false);
+  });
+
+  Runtime runtime(RuntimeOptions{(dir / "cache").string(), db_path});
+  const std::vector<ManifestKernel> with_tuned = manifest_kernels(manifest, &runtime);
+  std::vector<int> tuned_block_n;
+  for (const ManifestKernel& k : with_tuned) {
+    if (k.what.find("(tuned tile)") == std::string::npos) continue;
+    const Spec s = parse_spec(split_spec_document(k.spec).spec);
+    CHECK(k.what == "Llama-3.1-8B prefill (paged 16) (tuned tile)");
+    CHECK(tune_class(s) == token);
+    CHECK_FALSE(s.split_kv);
+    tuned_block_n.push_back(s.block_n);
+  }
+  CHECK(tuned_block_n == std::vector<int>{tuned_n, other_device_n});
+  CHECK(with_tuned.size() == builtin.size() + 2);
+  CHECK(attention_specs(with_tuned).size() == attention_specs(builtin).size() + 2);
+
+  Runtime off(RuntimeOptions{(dir / "cache").string(), "off"});
+  CHECK(attention_specs(manifest_kernels(manifest, &off)) == attention_specs(builtin));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("warm_manifest compiles a manifest's kernels into the cache once", "[manifest][compile]") {
