@@ -75,13 +75,13 @@ struct Mainloop {
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(sm.k_full(s), kLoadArrivals);
-      // e4m3: a V stage is full once each of the 4 producer warps has transposed its part.
-      mbarrier_init(sm.v_full(s), kFp8 ? TransposeV<Cfg>::kWarps : kLoadArrivals);
+      // e4m3: a V stage is full once every thread of the producer warpgroup has transposed its part.
+      mbarrier_init(sm.v_full(s), kFp8 ? TransposeV<Cfg>::kThreads : kLoadArrivals);
       mbarrier_init(sm.k_empty(s), kEmptyArrivals);
       mbarrier_init(sm.v_empty(s), kEmptyArrivals);
       if constexpr (kFp8) {
         mbarrier_init(sm.v_load_full(s), kLoadArrivals);
-        mbarrier_init(sm.v_load_empty(s), TransposeV<Cfg>::kWarps);
+        mbarrier_init(sm.v_load_empty(s), TransposeV<Cfg>::kThreads);
       }
     }
   }
@@ -421,19 +421,21 @@ struct Mainloop {
   }
 
   /// Transposes the V load stage of `pipe` into its V stage: waits for the load and for the consumers to have
-  /// released the V stage, rewrites it, makes the generic-proxy stores visible to wgmma (async proxy), and
-  /// arrives (one per warp) on the V stage's full barrier and the load stage's empty barrier.
+  /// released the V stage, rewrites it, makes the generic-proxy stores visible to wgmma (async proxy), and arrives on
+  /// the V stage's full barrier and the load stage's empty barrier. Every thread arrives: an arrive releases the
+  /// arriving thread's own prior accesses (PTX ISA, mbarrier.arrive: .release semantics), and each lane's ldmatrix
+  /// and stmatrix rows are its own. (Lane 0 alone after a __syncwarp leaned on the warp barrier to order the other
+  /// lanes' accesses; ptxas drops that barrier in a converged warp, and compute-sanitizer racecheck reported the V
+  /// load stage's ldmatrix reads racing the epilogue's O stores over them: bench/results/
+  /// 2026-12-02-racecheck-pingpong-off.log.)
   static __device__ __forceinline__ void transpose_stage(const Smem& sm, PipelineState<Cfg::kStages> pipe, int warp,
                                                          int lane) {
     mbarrier_wait(sm.v_load_full(pipe.stage), pipe.phase);
     mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
     TransposeV<Cfg>::run(sm.v_load(pipe.stage), sm.v(pipe.stage), warp, lane);
     fence_proxy_async_smem();
-    __syncwarp();
-    if (lane == 0) {
-      mbarrier_arrive(sm.v_full(pipe.stage));
-      mbarrier_arrive(sm.v_load_empty(pipe.stage));
-    }
+    mbarrier_arrive(sm.v_full(pipe.stage));
+    mbarrier_arrive(sm.v_load_empty(pipe.stage));
   }
 
   /// S = Q.K^T for this warpgroup's 64 rows and one K stage (issued, committed, not waited).
