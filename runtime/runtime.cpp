@@ -83,8 +83,10 @@ std::optional<nlohmann::json> Runtime::tuned_choice(const std::string& kind, con
 
 std::vector<nlohmann::json> Runtime::applied_choices(const std::string& kind, const std::string& kernel_class) {
   std::vector<nlohmann::json> choices;
+  const TuneDb& db = tune_db();
+  if (db.records().empty()) return choices;
   const std::string nvrtc = nvrtc_version_string();
-  for (const TuneRecord& r : tune_db().records()) {
+  for (const TuneRecord& r : db.records()) {
     if (!r.applied || r.kind != kind || r.kernel_class != kernel_class || r.device.nvrtc_version != nvrtc ||
         r.device.generator_version != kGeneratorVersion)
       continue;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "jit/cubin_cache.h"
 #include "jit/family.h"

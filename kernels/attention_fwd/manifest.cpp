@@ -242,7 +242,7 @@ std::vector<ManifestKernel> manifest_kernels(const json& manifest, Runtime* runt
             throw Error(code, fmt::format("manifest models[{}] ({}): {}", i, what, e.what()));
           }
           add(canonical_json(spec), what);
-          if (runtime != nullptr && c.packed_q)  // a decode step's tile is never tuned (tuned.h)
+          if (runtime != nullptr)  // none for a split or a decode step's tile (tuned.h)
             for (const Spec& tuned : tuned_specs(*runtime, spec)) add(canonical_json(tuned), what + " (tuned tile)");
           if (spec.split_kv)
             add(attention_combine::canonical_json(

@@ -52,11 +52,11 @@ std::vector<ManifestKernel> manifest_kernels(const nlohmann::json& manifest, Run
 /// Compiles every kernel of the manifest (manifest_kernels with the runtime: tuned tiles included) into the runtime's
 /// cubin cache (memory and disk), so later calls only load them; safe to run on a thread of its own while other
 /// threads call forward (the cache compiles each kernel once; a call that needs a kernel being compiled waits for it
-/// instead of compiling it again). Returns how many
-/// were compiled (not found in the cache). Compiles on `jobs` threads, the calling one included (0:
-/// background_compile_jobs(), half the hardware threads, 1 to 8); kernels another process sharing the cache
-/// directory is compiling come last (Runtime::compiling_elsewhere), so ranks warming one manifest split it. The first
-/// kernel that fails stops the others from taking more and is rethrown. Needs no GPU.
+/// instead of compiling it again). Returns how many were compiled (not found in the cache). Compiles on `jobs`
+/// threads, the calling one included (0: background_compile_jobs(), half the hardware threads, 1 to 8); kernels
+/// another process sharing the cache directory is compiling come last (Runtime::compiling_elsewhere), so ranks
+/// warming one manifest split it. The first kernel that fails stops the others from taking more and is rethrown.
+/// Needs no GPU.
 size_t warm_manifest(Runtime& runtime, const nlohmann::json& manifest, size_t jobs = 0);
 
 }  // namespace fa3jit::attention_fwd

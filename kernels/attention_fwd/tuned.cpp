@@ -105,8 +105,8 @@ Spec apply_choice(const Spec& base, const json& choice) {
 
 std::vector<Spec> tuned_specs(Runtime& runtime, const Spec& spec) {
   std::vector<Spec> specs;
-  if (spec.split_kv) return specs;
   const Spec base = builtin_spec(spec);
+  if (spec.split_kv || !(base == spec)) return specs;
   for (const json& choice : runtime.applied_choices(kTuneKind, tune_class(spec))) {
     try {
       specs.push_back(apply_choice(base, choice));

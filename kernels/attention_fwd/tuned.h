@@ -43,10 +43,11 @@ nlohmann::json tune_choice(const Spec& spec);
 /// that is not the built-in one.
 Spec apply_choice(const Spec& base, const nlohmann::json& choice);
 
-/// The tuned kernels `cache warm` compiles beside `spec`, a kernel the runtime picks for a call that does not split
-/// and is not a decode step: `spec`'s class with each of the runtime's applied choices for it (Runtime::
-/// applied_choices: this build's toolchain, any device). A choice that does not hold for the class is left out (the
-/// launch path reports it when a call meets it); none for a split_kv spec.
+/// The tuned kernels `cache warm` compiles beside `spec`, the built-in kernel of a call: `spec`'s class with each of
+/// the runtime's applied choices for it (Runtime::applied_choices: this build's toolchain, any device). None when the
+/// launch path takes no tuned tile for the call: a split_kv kernel, or a decode step's tile (a spec that is not its
+/// class's builtin_spec: layout.short_q). A choice that does not hold for the class is left out (the launch path
+/// reports it when a call meets it).
 std::vector<Spec> tuned_specs(Runtime& runtime, const Spec& spec);
 
 /// The tuned tile of a call class on device `ordinal`: the applied record of the runtime's tuning database, when

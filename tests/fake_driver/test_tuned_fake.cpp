@@ -95,6 +95,29 @@ TEST_CASE("tuning database: an applied record picks its class's kernel; off, spl
   CHECK(decode == launched(off, call_on(0, true), 0));  // the decode tile and its splits are never tuned
   CHECK(decode != kernel_name_of(tuned));
   CHECK(launched(rt, call_on(0, false), 0) == kernel_name_of(tuned));
+  // What `cache warm` lists for the class (tuned_specs) is the kernel the call launched; nothing for the decode step.
+  const std::vector<Spec> warmed = tuned_specs(rt, call_spec(call_on(0, false), 1));
+  REQUIRE(warmed.size() == 1);
+  CHECK(kernel_name_of(warmed[0]) == kernel_name_of(tuned));
+  CHECK(canonical_string(warmed[0]) == canonical_string(tuned));
+  CHECK(tuned_specs(off, call_spec(call_on(0, false), 1)).empty());
+  {
+    // A record for the decode step's own class: the launch keeps the decode tile, and warm lists nothing for it.
+    const std::string decode_db = dir.path + "/decode-db.json";
+    const Spec decode_spec = call_spec(call_on(0, true), 1);
+    TuneRecord r;
+    r.kind = kTuneKind;
+    r.kernel_class = tune_class(decode_spec);
+    r.device = tune_identity(0);
+    r.choice = tune_choice(apply_choice(builtin_spec(decode_spec), json{{"tile", {{"block_n", 128}}}}));
+    r.label = "test";
+    TuneDb::update(decode_db, [&](TuneDb& db) { db.add(r, true); });
+    Runtime decode_rt(RuntimeOptions{dir.path + "/cache", decode_db});
+    REQUIRE(decode_rt.applied_choices(kTuneKind, tune_class(decode_spec)).size() == 1);
+    CHECK(tuned_specs(decode_rt, decode_spec).empty());
+    CHECK(tuned_specs(decode_rt, call_spec(call_on(0, true), 2)).empty());
+    CHECK(launched(decode_rt, call_on(0, true), 0) == decode);
+  }
   // plan_info (what workspace sizes are read from) is the built-in choice for every runtime.
   CHECK(kernel_name_of(plan_info(call_on(0, false)).spec) == kernel_name_of(builtin));
 

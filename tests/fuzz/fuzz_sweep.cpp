@@ -1,17 +1,19 @@
 // Harness: the sweep-file reader of `fa3jit tune` (tools/cli/sweep.h) on arbitrary file contents, then each
 // candidate the CLI would build, up to the emitted source (no NVRTC).
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "fuzz_util.h"
 #include "kernels/attention_fwd/emit.h"
 #include "testing/attention_problem.h"
 #include "tools/cli/sweep.h"
-
-#include "core/log.h"
-#include "fuzz_util.h"
 
 namespace {
 

@@ -1,8 +1,9 @@
 // The representative set the device script runs under compute-sanitizer (memcheck, racecheck, synccheck):
 // every attention mainloop variant once on odd sizes (2 consumer warpgroups causal, 3-warpgroup pingpong,
 // head_dim 256, a 2-CTA cluster, the sequential mainloop on a decode step; e4m3 with the producer's V
-// transpose, per-head and per-block descales and two-level accumulation; head dims 96, 72, 80, 192 / 128), each
-// checked against the float64 reference. The combine kernel's GPU tests run under the same tools. Also part of the normal GPU tests.
+// transpose, per-head and per-block descales, two-level accumulation, with and without pingpong; head dims 96, 72,
+// 80, 192 / 128), each checked against the float64 reference. The combine kernel's GPU tests run under the same
+// tools. Also part of the normal GPU tests.
 #include <catch2/catch.hpp>
 
 #include "gpu_test.h"
@@ -51,6 +52,12 @@ TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", 
       {R"({"dtype":"e4m3","head_dim":64,"causal":true})", 300, 239},
       {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"quant":"per_block"})",
        300, 1023},
+      // e4m3 without pingpong (the tuner's choice in most e4m3 cells): both consumer warpgroups reach the epilogue
+      // together, whose O stores reuse the V load stages the producer's transpose reads.
+      {R"({"dtype":"e4m3","head_dim":128,"causal":true,"tile":{"block_m":128,"block_n":160},"pingpong":false})", 239,
+       1023},
+      {R"({"dtype":"e4m3","head_dim":256,"quant":"per_block","tile":{"block_m":128,"block_n":96},"pingpong":false})",
+       113, 799},
   };
   run_sanitize_cases(cases);
 }

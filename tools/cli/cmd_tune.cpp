@@ -2,15 +2,8 @@
 // the GPUs, rank them, record the run in the tuning database (jit/tune_db.h) with a PNG heat map, and with --apply
 // make each class's winner the kernel the runtime picks on this kind of device. `fa3jit tune show` lists the records.
 //
-// Sweep file:
-//   {
-//     "base":  { ...a spec, with "problem" when timing on a GPU... },
-//     "sweep": { "tile.block_n": [64, 128, 176], "stages": [2, 3], "pingpong": [false, true] }
-//   }
-// Each key of "sweep" is a spec field, dotted for nested ones ("tile.block_m"); the candidates are the
-// cartesian product of the lists, each applied on top of "base". A candidate the spec validation or the
-// resource budget rejects is listed as skipped with the reason, before anything compiles; one NVRTC rejects as
-// failed. The built-in choice of each class (tuned.h: builtin_spec) is timed beside the sweep when the sweep does not
+// The sweep file: sweep.h. A candidate the spec validation or the resource budget rejects is listed as skipped with
+// the reason, before anything compiles; one NVRTC rejects as failed. The built-in choice of each class (tuned.h: builtin_spec) is timed beside the sweep when the sweep does not
 // contain it, so every record says how much its winner gains over the tile table.
 #include <algorithm>
 #include <atomic>
@@ -32,7 +25,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/json_fields.h"
 #include "core/workers.h"
 #include "jit/driver.h"
 #include "jit/tune_db.h"
@@ -67,7 +59,6 @@ struct Candidate {
   std::string check_failure;
   int device = -1;              // where it was timed
 };
-
 
 // A progress line: "[ 12/48  25%  eta 0:42]", from the mean time of the steps done so far; on a terminal also a bar
 // on stderr that redraws in place.

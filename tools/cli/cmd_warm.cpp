@@ -124,7 +124,7 @@ Outcome warm_one(Runtime& runtime, const Item& item) {
 int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
   const std::vector<std::string> files = expand(options.paths);
   if (files.empty()) throw Error(ErrorCode::kIoError, "cache warm: no spec files found in the given paths");
-  Runtime runtime(RuntimeOptions{global.cache_dir});
+  Runtime runtime(RuntimeOptions{global.cache_dir, options.db});
   std::vector<std::string> errors;
   const std::vector<Item> items = items_of(runtime, files, errors);
   for (const std::string& line : errors) fmt::print("{}\n", line);

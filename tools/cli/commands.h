@@ -66,11 +66,13 @@ int cmd_tune_show(const GlobalOptions& global, const TuneShowOptions& options);
 struct WarmOptions {
   std::vector<std::string> paths;  // spec files, or directories whose *.json files are specs
   int jobs = 0;                    // parallel compiles; 0 = hardware threads
+  std::string db;                  // the tuning database whose tuned tiles a manifest adds; empty: the runtime's
 };
 
 int cmd_cache_list(const GlobalOptions& global);
 /// Compiles every spec into the cache ahead of time (no GPU needed), `jobs` at a time, so a serving
-/// process never pays a first-call compile for them. Exit 0 when all compiled, 2 when any failed.
+/// process never pays a first-call compile for them; a manifest brings the tuned tiles of the tuning database for
+/// its calls too (kernels/attention_fwd/manifest.h). Exit 0 when all compiled, 2 when any failed.
 int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options);
 int cmd_cache_clear(const GlobalOptions& global);
 

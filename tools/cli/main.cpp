@@ -145,13 +145,16 @@ int main(int argc, char** argv) {
   CLI::App* cache_warm = cache->add_subcommand(
       "warm",
       "compile specs into the on-disk cache ahead of time (SPEC.json files or directories; a serving manifest, "
-      "kind \"serving_manifest\", stands for every kernel its models' calls run).\n"
+      "kind \"serving_manifest\", stands for every kernel its models' calls run, tuned tiles included).\n"
       "Exit 0 when every spec's kernel is on disk; 2 when any spec fails, or when the cache directory is not "
       "usable and the kernels could only be kept in memory (they are lost when the command exits).");
   cache_warm->add_option("paths", warm_opts.paths, "spec or manifest files, or directories of *.json files")
       ->required();
   cache_warm->add_option("-j,--jobs", warm_opts.jobs, "parallel compiles (default: hardware threads)")
       ->check(CLI::Range(0, 256));
+  cache_warm->add_option("--db", warm_opts.db,
+                         "tuning database whose tuned tiles a manifest's calls also get (default: FA3JIT_TUNE_DB, "
+                         "else <cache dir>/tune-db.json; \"off\": none)");
   add_cache_dir(cache_warm, global);
   add_cache_dir(cache, global);
   add_cache_dir(cache_list, global);

@@ -1,4 +1,4 @@
-// See sweep.h.
+// The sweep file of `fa3jit tune`: reader, axes and dotted-field setter (sweep.h).
 #include "tools/cli/sweep.h"
 
 #include <fmt/format.h>

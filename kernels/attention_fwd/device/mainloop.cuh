@@ -422,12 +422,13 @@ struct Mainloop {
 
   /// Transposes the V load stage of `pipe` into its V stage: waits for the load and for the consumers to have
   /// released the V stage, rewrites it, makes the generic-proxy stores visible to wgmma (async proxy), and arrives on
-  /// the V stage's full barrier and the load stage's empty barrier. Every thread arrives: an arrive releases the
-  /// arriving thread's own prior accesses (PTX ISA, mbarrier.arrive: .release semantics), and each lane's ldmatrix
-  /// and stmatrix rows are its own. (Lane 0 alone after a __syncwarp leaned on the warp barrier to order the other
-  /// lanes' accesses; ptxas drops that barrier in a converged warp, and compute-sanitizer racecheck reported the V
-  /// load stage's ldmatrix reads racing the epilogue's O stores over them: bench/results/
-  /// 2026-12-02-racecheck-pingpong-off.log.)
+  /// the V stage's full barrier and the load stage's empty barrier. Every thread arrives (as FA3's V transpose
+  /// pipeline does: 128 producer arrivals): an arrive releases the arriving thread's own prior accesses (PTX ISA,
+  /// mbarrier.arrive: .release semantics), and every lane has executed the warp's collective ldmatrix and stmatrix
+  /// before its own arrive, so whichever lane an access is counted against, its release covers it; no warp barrier
+  /// is needed. (With lane 0 alone after a __syncwarp, which ptxas compiles to no instruction in a converged warp,
+  /// compute-sanitizer racecheck saw no ordering between the other lanes' ldmatrix reads of the V load stage and the
+  /// epilogue's O stores over it: bench/results/2026-12-02-racecheck-pingpong-off.log.)
   static __device__ __forceinline__ void transpose_stage(const Smem& sm, PipelineState<Cfg::kStages> pipe, int warp,
                                                          int lane) {
     mbarrier_wait(sm.v_load_full(pipe.stage), pipe.phase);

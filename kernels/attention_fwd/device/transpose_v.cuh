@@ -34,6 +34,7 @@ struct TransposeV {
   static constexpr int kUnits = (Cfg::kBlockN / 16) * (kRows / 32);
   static constexpr int kWarps = 4;  // the producer warpgroup
   static constexpr int kThreads = 32 * kWarps;  // each arrives on the stage barriers (mainloop.cuh: transpose_stage)
+  static_assert(kThreads == Cfg::kNumThreads - 128 * Cfg::kConsumerWarpgroups, "the producer is one warpgroup");
   static_assert((kWarps & (kWarps - 1)) == 0, "the key-group start below is a power-of-two residue");
 
   /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage. The fast

@@ -465,7 +465,8 @@ FA3JIT_API fa3jit_status fa3jit_compile_spec(fa3jit_runtime* runtime, const char
 
 /* Compiles every kernel of a serving manifest (JSON text of kind "serving_manifest": the models a server runs,
  * their head dims, masks and K/V layouts; kernels/attention_fwd/manifest.h and the README give the fields) into
- * the runtime's cubin cache, so later fa3jit_attention_forward calls of those shapes only load their kernels.
+ * the runtime's cubin cache, so later fa3jit_attention_forward calls of those shapes only load their kernels; with
+ * the tuned tiles the runtime's tuning database holds for those calls (FA3JIT_TUNE_DB, else <cache>/tune-db.json).
  * Blocks while it compiles (about 0.5 s per kernel, on half the hardware threads, 1 to 8, so a server that warms
  * in the background keeps CPU for its own threads; processes sharing the cache directory compile each kernel once
  * between them); a server calls it from a thread of its own and serves

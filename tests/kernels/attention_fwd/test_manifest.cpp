@@ -203,21 +203,29 @@ TEST_CASE("with a runtime, a manifest also lists the tuned tiles of its prefill 
   const std::string token = tune_class(prefill_spec);
   const int builtin_n = prefill_spec.block_n;
   const int tuned_n = builtin_n == 96 ? 112 : 96, other_device_n = builtin_n == 80 ? 64 : 80;
-  auto record = [&](int block_n, const std::string& device, const std::string& generator, bool applied) {
+  auto record = [&](int block_n, const std::string& device, const std::string& generator, bool applied,
+                    const std::string& nvrtc = nvrtc_version_string()) {
     TuneRecord r;
     r.kind = kTuneKind;
     r.kernel_class = token;
-    r.device = TuneIdentity{device, 132, 13000, nvrtc_version_string(), generator};
+    r.device = TuneIdentity{device, 132, 13000, nvrtc, generator};
     r.problem = {{"seqlen_q", 4096}};
     r.choice = {{"tile", {{"block_m", prefill_spec.block_m}, {"block_n", block_n}}}};
     r.label = "tile.block_n=" + std::to_string(block_n);
     r.applied = applied;
     return r;
   };
+  // The records left out carry tiles that hold for the class, so only the filters keep them out.
+  for (int n : {tuned_n, other_device_n, 64, 48, 32}) {
+    INFO("block_n " << n);
+    CHECK(n != builtin_n);
+    CHECK_NOTHROW(apply_choice(prefill_spec, json{{"tile", {{"block_n", n}}}}));
+  }
   TuneDb::update(db_path, [&](TuneDb& db) {
     db.add(record(tuned_n, "NVIDIA H200", kGeneratorVersion, true), true);
     db.add(record(other_device_n, "NVIDIA H100 80GB HBM3", kGeneratorVersion, true), true);
     db.add(record(64, "NVIDIA H20", "fa3jit-gen-0", true), true);  // another generator: its cubin is not ours
+    db.add(record(32, "NVIDIA H800", kGeneratorVersion, true, "12.4"), true);  // another NVRTC
     TuneRecord unapplied = record(48, "NVIDIA GH200", kGeneratorVersion, false);
     unapplied.problem = {{"seqlen_q", 512}};
     db.add(unapplied, false);
@@ -246,7 +254,7 @@ TEST_CASE("with a runtime, a manifest also lists the tuned tiles of its prefill 
 TEST_CASE("warm_manifest compiles a manifest's kernels into the cache once", "[manifest][compile]") {
   const std::string dir = (std::filesystem::temp_directory_path() / "fa3jit-test-manifest-cache").string();
   std::filesystem::remove_all(dir);
-  Runtime runtime(RuntimeOptions{dir});
+  Runtime runtime(RuntimeOptions{dir, "off"});  // the built-in kernels only, whatever FA3JIT_TUNE_DB says
   const json small = llama({{"head_dim", 64}, {"num_heads", 8}, {"num_heads_kv", 8}});
   const size_t kernels = manifest_kernels(small).size();
   CHECK(warm_manifest(runtime, small, 2) == kernels);  // two compile threads
@@ -259,7 +267,7 @@ TEST_CASE("warm_manifest compiles a manifest's kernels into the cache once", "[m
 TEST_CASE("warm_manifest takes a kernel another process is compiling last, after the others", "[manifest][compile]") {
   const std::string dir = (std::filesystem::temp_directory_path() / "fa3jit-test-manifest-busy").string();
   std::filesystem::remove_all(dir);
-  Runtime runtime(RuntimeOptions{dir});
+  Runtime runtime(RuntimeOptions{dir, "off"});
   runtime.cache().set_compile_lock_wait(std::chrono::seconds(30));
   const json small = llama({{"head_dim", 64}, {"num_heads", 8}, {"num_heads_kv", 8}, {"dtype", "fp16"}});
   const std::vector<ManifestKernel> kernels = manifest_kernels(small);
