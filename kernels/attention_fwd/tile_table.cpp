@@ -53,17 +53,19 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
   if (dtype == DType::kE4m3) {
     if (row == 192 && row_v == 128) return {128, 160, 2, 2, true, true};  // FA3's fp8 192/128 tile
     switch (std::max(row, row_v)) {
-      // FA3's fp8 tiles (hopper/tile_size.h): 192x160 at d64, 192x128 at d96, 128x224 at d128, 128x128 at d256,
-      // all RS P.V, intra-warpgroup overlap and pingpong. The producer warpgroup also transposes V in shared
-      // memory. d192: FA3's 128x160 needs 192-byte rows (64-byte swizzle); with rows padded to 256 bytes two
-      // stages fit at 128x128. d256: 128x96 instead of FA3's 128x128 fits the consumers in 232 registers, so the
-      // producer gets the 40 of the V transpose's fast loop (derive_config): +5.8 % in geometric mean over the 12
-      // d256 cells on the H200, faster in every one (bench/NOTES.md).
-      case 64: return {192, 160, 3, 2, true, true};
+      // From FA3's fp8 tiles (hopper/tile_size.h: 192x160 at d64, 192x128 at d96, 128x224 at d128, 128x128 at
+      // d256, all RS P.V, intra-warpgroup overlap and pingpong), re-swept on the H200 with `fa3jit tune`
+      // (configs/sweeps/table/e4m3_*.json, both masks at 2k and 8k keys; bench/NOTES.md): at the chosen block_n,
+      // pingpong off was ahead in 11 of the 12 (row, mask, size) cells (-0.7 to +1.7 %); d128 128x160 beat 128x224
+      // (+6.6 % non-causal 2k, -0.1 to +1.4 % elsewhere); d256 128x96 beat FA3's 128x128 (its consumers fit 232 registers, so the
+      // producer gets the 40 of the V transpose's fast loop: derive_config). The producer warpgroup also transposes V
+      // in shared memory. d192: FA3's 128x160 needs 192-byte rows (64-byte swizzle); with rows padded to 256 bytes
+      // two stages fit at 128x128 (not re-swept: kept with pingpong).
+      case 64: return {192, 160, 3, 2, false, true};
       case 96: return {192, 128, 3, 2, true, true};
-      case 128: return {128, 224, 2, 2, true, true};
+      case 128: return {128, 160, 2, 2, false, true};
       case 192: return {128, 128, 2, 2, true, true};
-      default: return {128, 96, 2, 2, true, true};
+      default: return {128, 96, 2, 2, false, true};
     }
   }
   if (row == 192 && row_v == 128) return {128, 128, 2, 2, true, true};  // FA3's 192/128 (DeepSeek MLA prefill)
@@ -151,11 +153,8 @@ TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& layout) {
   if (layout.short_q) return decode_tile(dtype, head_dim, head_dim_v);
   TileDefaults d = default_tile(dtype, head_dim, head_dim_v, causal || layout.local);
-  // e4m3 + softcap spilled 528 bytes at d128 128x224; 128x160 spills none (d96 192x128, d192 128x128 and d256
-  // 128x96 spill none as they are).
-  if (dtype == DType::kE4m3 && layout.softcap && std::max(tuned_row(head_dim), tuned_row(head_dim_v)) == 128)
-    d.block_n = std::min(d.block_n, 160);
-  // The gather kernels' wide producer split leaves their consumers 232 registers (derive_config); a tile whose
+  // (e4m3 + softcap spilled 528 bytes at FA3's d128 128x224; the table's 128x160 spills none, nor do the other
+  // e4m3 rows.) The gather kernels' wide producer split leaves their consumers 232 registers (derive_config); a tile whose
   // estimate is above that narrows.
   return layout.paged_gather ? fitted(dtype, head_dim, head_dim_v, d, layout) : d;
 }
@@ -195,7 +194,8 @@ KernelConfig derive_config(const Spec& spec) {
       estimate(config.pv_chunk_n) <= kWideProducerSplit.consumer) {
     // The V transpose's fast loop (device/transpose_v.cuh: TransposeV::run_fast) keeps its addresses in registers
     // and spills at FA3's 24: the wide split where the consumers fit it (d128 128x224: estimate 232, ptxas no
-    // spills; d256 128x96: 216; a d256 128x128 spec needs 236 and keeps 24 + 2 x 240 and the lean loop).
+    // spills; the table's d128 128x160: 192; d256 128x96: 216; a d256 128x128 spec needs 236 and keeps 24 + 2 x 240
+    // and the lean loop).
     widen();
   }
   if (spec.fp32_two_level_accum) {

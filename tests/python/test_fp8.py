@@ -201,7 +201,7 @@ def test_descales_must_be_on_qs_device():
 # ---- fp8_quant_blocks -----------------------------------------------------------------------------------
 
 def test_fp8_quant_blocks_come_from_the_library():
-    assert fa3jit.fp8_quant_blocks(128) == _capi.quant_blocks(128) == (128, 224)
+    assert fa3jit.fp8_quant_blocks(128) == _capi.quant_blocks(128) == (128, 160)
     assert fa3jit.fp8_quant_blocks(256, causal=True) == (128, 96)
     # d96 is generated for e4m3 (a multiple of 16) on d96's 16-bit tile rows; 88 is a multiple of 8 only.
     assert fa3jit.fp8_quant_blocks(96) == _capi.quant_blocks(96) == (192, 128)
@@ -373,7 +373,7 @@ def test_a_pinned_per_block_kernel_uses_its_own_blocks():
         vd = torch.full((1, 2, 128), d, device="cuda")
         out = fa3jit.flash_attn_func(q8, k8, v8, kernel=kernel, q_descale=qd, k_descale=kd, v_descale=vd)
         check_fp8_against_reference(out, None, q8.float() * d, k8.float() * d, v8.float() * d, False, block_n=block_n)
-        # The tile table's blocks (block_n 224) would not fit this kernel's k_descale.
+        # The tile table's blocks (block_n 160) would not fit this kernel's k_descale.
         with pytest.raises(ValueError, match="k_descale"):
             fa3jit.flash_attn_func(q8, k8, v8, kernel=kernel, q_descale=qd,
-                                   k_descale=torch.full((1, 2, -(-1023 // 224)), d, device="cuda"), v_descale=vd)
+                                   k_descale=torch.full((1, 2, -(-1023 // 160)), d, device="cuda"), v_descale=vd)

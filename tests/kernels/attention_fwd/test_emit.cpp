@@ -84,7 +84,7 @@ TEST_CASE("emission is deterministic and the kernel name is unique per spec", "[
 
 TEST_CASE("e4m3 kernels use k32 e4m3 wgmma, K-major V and the producer's transpose", "[generator][fp8]") {
   const KernelSource src = emit_json(R"({"dtype":"e4m3","head_dim":128})");
-  CHECK(src.code.find("wgmma.mma_async.sync.aligned.m64n224k32.f32.e4m3.e4m3") != std::string::npos);
+  CHECK(src.code.find("wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3") != std::string::npos);
   CHECK(src.code.find("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3") != std::string::npos);
   CHECK(src.code.find("k16.f32") == std::string::npos);
   CHECK(src.code.find("static constexpr int kElemBytes = 1;") != std::string::npos);

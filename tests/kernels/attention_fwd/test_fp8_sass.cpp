@@ -48,7 +48,7 @@ std::string run_capture(const std::string& cmd) {
   return out;
 }
 
-// Counts of each tensor-core instruction form in the disassembly, e.g. "QGMMA.64x224x32.F32.E4M3.E4M3".
+// Counts of each tensor-core instruction form in the disassembly, e.g. "QGMMA.64x160x32.F32.E4M3.E4M3".
 std::map<std::string, int> mma_forms(const std::string& sass) {
   std::map<std::string, int> forms;
   const std::regex re(R"((QGMMA|HGMMA)\.[0-9A-Zx.]+)");

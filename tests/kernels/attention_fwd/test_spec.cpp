@@ -76,7 +76,8 @@ const std::vector<BadCase> kBadCases = {
      {"\"tile.block_n\"", "80", "multiple of 32"}},
     {"e4m3 cluster", R"({"dtype": "e4m3", "head_dim": 128, "cluster_m": 2})", ErrorCode::kInvalidSpec,
      {"\"cluster_m\"", "2", "expected 1"}},
-    {"e4m3 two-level d128 n224 overlap", R"({"dtype": "e4m3", "head_dim": 128, "fp32_two_level_accum": true})",
+    {"e4m3 two-level d128 n224 overlap", R"({"dtype": "e4m3", "head_dim": 128, "fp32_two_level_accum": true,
+        "tile": {"block_m": 128, "block_n": 224}})",
      ErrorCode::kInvalidSpec, {"registers", "tile.block_n"}},
     {"head_dim 84 (B5)", R"({"dtype": "bf16", "head_dim": 84})", ErrorCode::kInvalidSpec,
      {"\"head_dim\"", "84", "a multiple of 8 in [8, 256]"}},
@@ -874,7 +875,8 @@ TEST_CASE("serving layout fields: defaults, combinations and their messages", "[
   // FA3's 24 + 2 x 240 (and the lean loop) where they do not.
   const af::KernelConfig e128 = af::make_kernel_config(parse(R"({"dtype": "e4m3", "head_dim": 128})"));
   REQUIRE(e128.spec.consumer_warpgroups == 2);
-  CHECK(e128.estimated_consumer_registers == 64 + 112 + 28 + 28);
+  CHECK(e128.spec.block_n == 160);
+  CHECK(e128.estimated_consumer_registers == 64 + 80 + 20 + 28);
   CHECK(e128.producer_registers == 40);
   CHECK(e128.consumer_registers == 232);
   const af::KernelConfig e256 = af::make_kernel_config(parse(R"({"dtype": "e4m3", "head_dim": 256})"));

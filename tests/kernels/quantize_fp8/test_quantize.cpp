@@ -876,9 +876,9 @@ TEST_CASE("quantize family: the registry, spec documents, configs and capabiliti
       fa3jit::load_spec_document(std::string(FA3JIT_SOURCE_DIR) + "/configs/quantize_fp8_bf16_d128.json");
   CHECK(doc.kind == "quantize_fp8");
   const fa3jit::KernelRequest request = fa3jit::request_for(doc);
-  // The config quantises for the e4m3 attention kernel's default d128 tile (128 x 224).
+  // The config quantises for the e4m3 attention kernel's default d128 tile (128 x 160).
   Spec spec = qf::default_spec(DType::kBf16, 128, 128);
-  spec.k_block_rows = 224;
+  spec.k_block_rows = 160;
   CHECK(request.kind == "quantize_fp8");
   CHECK(request.canonical == qf::canonical_string(spec));
   CHECK(request.source.kernel_name == qf::kernel_name(spec));

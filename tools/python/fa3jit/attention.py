@@ -552,7 +552,7 @@ def fp8_quant_blocks(head_dim: int, causal: bool = False, kernel: Optional[_capi
     """(block_m, block_n) of per-block e4m3 descales: q_descale holds one value per block_m query rows
     (batch, num_heads, ceil(seqlen_q / block_m)), k_descale one per block_n key rows (batch, num_heads_kv,
     ceil(seqlen_k / block_n)). For `kernel` when given (its spec's tile), else for the tile table's e4m3 kernel
-    of (head_dim, causal), the one flash_attn_func runs (kernels/attention_fwd/tile_table.cpp, e.g. 128 x 224
+    of (head_dim, causal), the one flash_attn_func runs (kernels/attention_fwd/tile_table.cpp, e.g. 128 x 160
     at head_dim 128; read through fa3jit_attention_quant_blocks, so the numbers are never copied here). A causal call with seqlen_q = 1 runs the non-causal kernel: use causal=False for it.
     Needs no GPU and no torch. Raises fa3jit.Fa3jitValueError for a head_dim that e4m3 does not support,
     ValueError for a closed kernel, TypeError for a kernel that is not an fa3jit.Kernel."""
