@@ -39,6 +39,15 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw128(uint32_t smem_addr, uin
          (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
 
+/// The same with 32-byte swizzle (layout type 3): rows of 32 bytes, 8-row atoms of 256 bytes (the tile must start on
+/// a 256-byte boundary); TMA's CU_TENSOR_MAP_SWIZZLE_32B writes this layout. K-major with one k-step of 32 bytes per
+/// row (an e4m3 k32 step): sbo = 256 between 8-row groups, lbo unused (16).
+__device__ __forceinline__ uint64_t make_smem_desc_sw32(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (3ull << 62);
+}
+
 /// Packs two floats into a 16-bit pair (first argument in the low half), bf16 or fp16 by kIsBf16.
 template <bool kIsBf16>
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {

@@ -7,6 +7,7 @@
 // pointers); shapes, strides, alignment and spec/argument agreement are checked by the family's launch path.
 #include "fa3jit/fa3jit.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -165,10 +166,12 @@ void check_kernel(const fa3jit_kernel* kernel, const char* function) {
 constexpr size_t kForwardParamsSizeBeforeE4m3 = offsetof(fa3jit_forward_params, out_dtype);
 constexpr size_t kForwardParamsSizeBeforeServing = offsetof(fa3jit_forward_params, cu_seqlens_q);
 constexpr size_t kForwardParamsSizeBeforeVariant = offsetof(fa3jit_forward_params, window_left);
-constexpr std::array<OlderSize, 3> kOlderForwardParams{{
+constexpr size_t kForwardParamsSizeBeforeVLayout = offsetof(fa3jit_forward_params, v_layout);
+constexpr std::array<OlderSize, 4> kOlderForwardParams{{
     {kForwardParamsSizeBeforeE4m3, "the struct before its e4m3 fields"},
     {kForwardParamsSizeBeforeServing, "the struct before its serving fields"},
     {kForwardParamsSizeBeforeVariant, "the struct before its attention-variant fields"},
+    {kForwardParamsSizeBeforeVLayout, "the struct before its v_layout field"},
 }};
 
 // field: "dtype" or "out_dtype" (which also takes FA3JIT_DTYPE_DEFAULT, handled by the caller).
@@ -284,6 +287,13 @@ fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) 
   args.window_right = params.window_right;
   args.softcap = params.softcap;
   args.sinks = params.sinks;
+  switch (params.v_layout) {
+    case FA3JIT_V_LAYOUT_SEQ_MAJOR: args.v_layout = fa3jit::attention_fwd::VLayout::kSeqMajor; break;
+    case FA3JIT_V_LAYOUT_D_MAJOR: args.v_layout = fa3jit::attention_fwd::VLayout::kDMajor; break;
+    default:
+      invalid(fmt::format("params.v_layout is {}; expected FA3JIT_V_LAYOUT_SEQ_MAJOR (0) or FA3JIT_V_LAYOUT_D_MAJOR (1)",
+                          params.v_layout));
+  }
   return args;
 }
 
@@ -305,9 +315,21 @@ struct QuantizeCall {
   fa3jit::quantize_fp8::QuantizeArgs args;
 };
 
-QuantizeCall to_quantize_call(const fa3jit_quantize_params& params) {
-  check_struct_size(&params, "fa3jit_quantize_params", true);
+constexpr std::array<OlderSize, 1> kOlderQuantizeParams{{
+    {offsetof(fa3jit_quantize_params, v_layout), "the struct before its v_layout field"},
+}};
+
+QuantizeCall to_quantize_call(const fa3jit_quantize_params& caller) {
+  check_struct_size(&caller, "fa3jit_quantize_params", true, kOlderQuantizeParams);
+  fa3jit_quantize_params params;  // an older caller's bytes over the defaults of the fields it does not know
+  fa3jit_quantize_params_init(&params);
+  std::memcpy(&params, &caller, std::min(caller.struct_size, sizeof(params)));
+  params.struct_size = sizeof(params);
   QuantizeCall call;
+  if (params.v_layout != FA3JIT_V_LAYOUT_SEQ_MAJOR && params.v_layout != FA3JIT_V_LAYOUT_D_MAJOR)
+    invalid(fmt::format("params.v_layout is {}; expected FA3JIT_V_LAYOUT_SEQ_MAJOR (0) or FA3JIT_V_LAYOUT_D_MAJOR (1)",
+                        params.v_layout));
+  call.options.v_d_major = params.v_layout == FA3JIT_V_LAYOUT_D_MAJOR;
   call.args.dtype = to_dtype(enum_value(params.dtype), "dtype");
   if (params.hadamard != 0 && params.hadamard != 1)
     invalid(fmt::format("params.hadamard is {}; expected 0 or 1", params.hadamard));
@@ -431,6 +453,13 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
     // Without a split nothing else is read (workspace_size's contract: 0 without a KV split), so that sizing the
     // workspace of such a call needs no tensors and no driver, as before the serving fields.
     *bytes = current.num_splits == 1 ? 0 : fa3jit::attention_fwd::workspace_size(to_args(current));
+  });
+}
+
+fa3jit_status fa3jit_fp8_key_positions(int32_t positions[16]) {
+  return guarded("fa3jit_fp8_key_positions", [&] {
+    if (positions == nullptr) invalid("fa3jit_fp8_key_positions: positions is NULL; expected an array of 16 int32_t");
+    for (int j = 0; j < 16; ++j) positions[j] = fa3jit::attention_fwd::fp8_key_position(j);
   });
 }
 

@@ -22,6 +22,7 @@ ProblemShape shape_of(const AttentionCase& c) {
   s.quant = c.spec.quant;
   s.quant_block_m = c.spec.block_m;  // the spec's own tile: its kernel reads the per-block scales
   s.quant_block_n = c.spec.block_n;
+  s.v_d_major = c.spec.v_layout == attention_fwd::VLayout::kDMajor;
   return s;
 }
 
@@ -93,6 +94,21 @@ void quantize_tensor(HostTensor& t, std::vector<uint8_t>& bytes, std::vector<flo
 
 }  // namespace
 
+std::vector<uint8_t> v_to_d_major(const std::vector<uint8_t>& v8, int64_t batch, int64_t seqlen_k, int64_t heads_kv,
+                                  int64_t head_dim_v, uint8_t pad) {
+  const int64_t keys = attention_fwd::d_major_keys(seqlen_k);
+  std::vector<uint8_t> out(static_cast<size_t>(batch * heads_kv * head_dim_v * keys), pad);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads_kv; ++h)
+      for (int64_t d = 0; d < head_dim_v; ++d) {
+        uint8_t* row = out.data() + ((b * heads_kv + h) * head_dim_v + d) * keys;
+        for (int64_t s = 0; s < seqlen_k; ++s)
+          row[s / 16 * 16 + attention_fwd::fp8_key_position(static_cast<int>(s % 16))] =
+              v8[static_cast<size_t>(((b * seqlen_k + s) * heads_kv + h) * head_dim_v + d)];
+      }
+  return out;
+}
+
 void AttentionProblem::quantize_e4m3(uint64_t seed) {
   const ProblemShape& p = shape;
   std::mt19937_64 rng(seed);
@@ -126,6 +142,8 @@ void AttentionProblem::quantize_e4m3(uint64_t seed) {
   }
   d_q = DeviceBuffer(q8.size());
   d_k = DeviceBuffer(k8.size());
+  // A d_major V gets a non-zero pad (0x38 = 1.0) past seqlen_k: the kernel must not let it reach out.
+  if (p.v_d_major) v8 = v_to_d_major(v8, p.batch, p.seqlen_k, p.num_heads_kv, p.head_dim_v, 0x38);
   d_v = DeviceBuffer(v8.size());
   d_q.upload(q8.data(), q8.size());
   d_k.upload(k8.data(), k8.size());
@@ -153,6 +171,11 @@ attention_fwd::ForwardArgs AttentionProblem::args() const {
   a.q = view(q, d_q);
   a.k = view(k, d_k);
   a.v = view(v, d_v);
+  if (shape.v_d_major) {  // (batch, heads_kv, head_dim_v, keys), contiguous; stride_seq is the channel stride
+    const int64_t keys = attention_fwd::d_major_keys(shape.seqlen_k);
+    a.v_layout = attention_fwd::VLayout::kDMajor;
+    a.v = TensorView{d_v.get(), shape.num_heads_kv * shape.head_dim_v * keys, keys, shape.head_dim_v * keys};
+  }
   a.out = view(out, d_out);
   a.lse = static_cast<float*>(d_lse.get());
   a.softmax_scale = softmax_scale;

@@ -26,7 +26,16 @@ struct ProblemShape {
   DType out_dtype = DType::kBf16;
   attention_fwd::Quant quant = attention_fwd::Quant::kPerHead;
   int64_t quant_block_m = 0, quant_block_n = 0;
+  // e4m3 only: the device gets V transposed (spec field v_layout "d_major"; v_to_d_major below).
+  bool v_d_major = false;
 };
+
+/// The d_major image (launch.h: ForwardArgs::v) of a contiguous (batch, seqlen_k, heads_kv, head_dim_v) e4m3 tensor:
+/// (batch, heads_kv, head_dim_v, d_major_keys(seqlen_k)) bytes, contiguous, key 16 g + j of a row at 16 g +
+/// fp8_key_position(j) (params.h); the positions of keys past seqlen_k hold `pad` (any finite e4m3 value is allowed
+/// there; a test passes a non-zero one).
+std::vector<uint8_t> v_to_d_major(const std::vector<uint8_t>& v8, int64_t batch, int64_t seqlen_k, int64_t heads_kv,
+                                  int64_t head_dim_v, uint8_t pad = 0);
 
 /// The shape of a spec file's problem.
 ProblemShape shape_of(const AttentionCase& c);

@@ -37,6 +37,7 @@ std::string emit_config(const KernelConfig& c) {
       "  static constexpr bool kQuantPerBlock = {};\n"
       "  static constexpr bool kTwoLevelAccum = {};\n"
       "  static constexpr int kPvChunkN = {};\n"
+      "  static constexpr int kVStage = {};\n"
       "  static constexpr bool kPingpong = {};\n"
       "  static constexpr bool kIntraWgOverlap = {};\n"
       "  static constexpr int kClusterM = {};\n"
@@ -53,7 +54,7 @@ std::string emit_config(const KernelConfig& c) {
       s.head_dim, s.head_dim_v, s.block_m, s.block_n, s.stages, s.consumer_warpgroups, c.num_threads,
       c.producer_registers, c.consumer_registers, c.elem_bytes, c.out_elem_bytes, c.smem_bytes, s.causal,
       s.dtype == DType::kBf16, s.out_dtype == DType::kBf16, s.quant == Quant::kPerBlock, s.fp32_two_level_accum,
-      c.pv_chunk_n, s.pingpong, s.intra_wg_overlap, s.cluster_m, s.varlen_q, s.varlen_k, s.paged_kv, s.paged_gather, s.pack_gqa,
+      c.pv_chunk_n, c.v_stage, s.pingpong, s.intra_wg_overlap, s.cluster_m, s.varlen_q, s.varlen_k, s.paged_kv, s.paged_gather, s.pack_gqa,
       s.split_kv, s.local, s.softcap, s.sinks);
 }
 
@@ -106,8 +107,8 @@ KernelSource emit_kernel(const KernelConfig& config) {
   out += "// ---- generated ----\nnamespace fa3jit {\n";
   out += emit_config(config);
   // S = Q.K^T: A (Q) and B (K) from shared memory, both K-major. O += P.V: A (P) from registers, B (V) from
-  // shared memory: MN-major (trans-b) for 16-bit, K-major (V transposed by the producer) for e4m3, whose wgmma
-  // has no transpose (PTX ISA 9.7.15.5.1). With two-level accumulation P.V runs in chunks of kPvChunkN columns.
+  // shared memory: MN-major (trans-b) for 16-bit, K-major (V transposed by the producer, or given transposed:
+  // v_layout d_major) for e4m3, whose wgmma has no transpose (PTX ISA 9.7.15.5.1). With two-level accumulation P.V runs in chunks of kPvChunkN columns.
   out += emit_wgmma({"wgmma_qk", spec.block_n, k_step, wgmma_type, false, false});
   out += emit_wgmma({"wgmma_pv", config.pv_chunk_n, k_step, wgmma_type, true, !fp8});
   out += "}  // namespace fa3jit\n";

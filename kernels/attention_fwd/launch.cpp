@@ -215,6 +215,11 @@ CallShape check_shape(const ForwardArgs& a) {
                              a.softmax_scale));
   if (a.lse != nullptr && reinterpret_cast<uintptr_t>(a.lse) % 4 != 0)
     bad_argument("argument lse is not 4-byte aligned (float32 expected)");
+  if (a.v_layout == VLayout::kDMajor && (!fp8 || s.varlen_k || s.paged))
+    bad_argument(fmt::format("argument v_layout = d_major is not allowed {}; a transposed V is for e4m3 inputs in "
+                             "dense (batch, num_heads_kv, head_dim_v, seqlen_k) tensors, expected seq_major",
+                             !fp8 ? fmt::format("with dtype {}", dtype_name(a.dtype))
+                                  : s.paged ? std::string("with page_table") : std::string("with cu_seqlens_k")));
   if (!fp8 && (a.q_descale.data || a.k_descale.data || a.v_descale.data))
     bad_argument(fmt::format("arguments q_descale, k_descale, v_descale must be null with dtype {}: descales belong "
                              "to e4m3 inputs",
@@ -239,6 +244,9 @@ void check_agrees(const Spec& spec, const ForwardArgs& a, const CallShape& s) {
   if (a.quant != spec.quant)
     bad_argument(fmt::format("argument quant = {} does not match the kernel spec's quant {}", quant_name(a.quant),
                              quant_name(spec.quant)));
+  if (a.v_layout != spec.v_layout)
+    bad_argument(fmt::format("argument v_layout = {} does not match the kernel spec's v_layout {}",
+                             v_layout_name(a.v_layout), v_layout_name(spec.v_layout)));
   // A local kernel takes any window at run time, a causal one included; any other kernel has its mask built in.
   if (!spec.local) {
     if (a.causal != spec.causal)
@@ -288,8 +296,12 @@ void check_agrees(const Spec& spec, const ForwardArgs& a, const CallShape& s) {
 //  - 4-D {dim, seqlen, heads, batch}, box {128 bytes, box_rows, 1, 1};
 //  - pack_gqa (group > 0): 5-D {dim, group, seqlen, heads / group, batch}, box {128 bytes, group, box_rows, 1, 1}:
 //    the group's heads of box_rows queries, one after the other (device/mainloop.cuh: load_q).
+//  - a d_major V (box_cols 32 keys, 32-byte swizzle): 4-D {keys, head_dim_v, heads, batch}, box {32, kVRows, 1, 1}
+//    (device/mainloop.cuh: load_v_d_major).
 TmaDesc make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDataType type, int elem_bytes,
-                        int box_rows, int64_t group = 0) {
+                        int box_rows, int64_t group = 0, int box_cols = 0,
+                        CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+  if (box_cols == 0) box_cols = 128 / elem_bytes;
   // A size-1 dimension's stride is never stepped, whatever the caller passed (DLPack producers often give
   // 1 or 0): hand TMA any valid value, the row size rounded up to 16 bytes.
   const auto unused_stride = static_cast<cuuint64_t>((s.dim * elem_bytes + 15) / 16 * 16);
@@ -316,7 +328,7 @@ TmaDesc make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDa
     const cuuint64_t d[4] = {u64(s.dim), u64(s.seqlen), u64(s.heads), u64(s.batch)};
     const cuuint64_t st[3] = {stride_or(s.seqlen, t.stride_seq), stride_or(s.heads, t.stride_head),
                               stride_or(s.batch, t.stride_batch)};
-    const cuuint32_t b[4] = {static_cast<cuuint32_t>(128 / elem_bytes), static_cast<cuuint32_t>(box_rows), 1, 1};
+    const cuuint32_t b[4] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1, 1};
     std::copy(d, d + 4, dims);
     std::copy(st, st + 3, strides);
     std::copy(b, b + 4, box);
@@ -326,7 +338,7 @@ TmaDesc make_tensor_map(const TensorView& t, const TensorShape& s, CUtensorMapDa
   static_assert(sizeof(TmaDesc) == sizeof(CUtensorMap), "hopper/abi.h TmaDesc must hold a CUtensorMap");
   CUtensorMap encoded;
   const CUresult r = driver().cuTensorMapEncodeTiled(&encoded, type, rank, t.data, dims, strides, box, elem_strides,
-                                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                     CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) check_cu(r, fmt::format("cuTensorMapEncodeTiled for {}", s.name).c_str());
@@ -410,6 +422,7 @@ Layout base_layout(const ForwardArgs& a, const CallShape& s) {
   l.paged_kv = s.paged;
   l.paged_gather = s.paged_gather;
   l.pack_gqa = a.pack_gqa == -1 ? pack_gqa_heuristic(s, a.quant) : a.pack_gqa == 1;
+  l.v_d_major = a.v_layout == VLayout::kDMajor;
   // Per-block descales are laid out by the prefill tile (fa3jit_attention_quant_blocks), which must not change
   // with the call's length.
   // With varlen_q the tile must not depend on max_seqlen_q, so that a sequence's output does not depend on the
@@ -483,7 +496,11 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   const TensorShape k_shape = s.paged    ? TensorShape{"k", a.num_pages, a.page_size, s.num_heads_kv, s.head_dim}
                               : s.varlen_k ? TensorShape{"k", 1, s.seqlen_k, s.num_heads_kv, s.head_dim}
                                            : TensorShape{"k", s.batch, s.seqlen_k, s.num_heads_kv, s.head_dim};
-  const TensorShape v_shape{"v", k_shape.batch, k_shape.seqlen, s.num_heads_kv, s.head_dim_v};
+  // v_layout d_major: (batch, head_dim_v channel rows, num_heads_kv, keys padded to 16) in the view's (batch, seq,
+  // head) strides (launch.h: ForwardArgs::v).
+  const bool v_d_major = spec.v_layout == VLayout::kDMajor;
+  const TensorShape v_shape = v_d_major ? TensorShape{"v", s.batch, s.head_dim_v, s.num_heads_kv, d_major_keys(s.seqlen_k)}
+                                        : TensorShape{"v", k_shape.batch, k_shape.seqlen, s.num_heads_kv, s.head_dim_v};
   if (s.seqlen_q == 0 || s.max_seqlen_q == 0) return plan;  // a packed batch of empty sequences: nothing to do
   const ByteRange q = check_tensor(a.q, q_shape, s.elem_bytes, device);
   const ByteRange k = check_tensor(a.k, k_shape, s.elem_bytes, device);
@@ -565,7 +582,9 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
     p.v_stride_head = a.v.stride_head * s.elem_bytes;
   } else {
     p.tm_k = make_tensor_map(a.k, k_shape, type, s.elem_bytes, kv_box_rows);
-    p.tm_v = make_tensor_map(a.v, v_shape, type, s.elem_bytes, kv_box_rows);
+    p.tm_v = v_d_major ? make_tensor_map(a.v, v_shape, type, s.elem_bytes, transposed_v_rows(spec.head_dim_v), 0,
+                                         kDMajorBoxKeys, CU_TENSOR_MAP_SWIZZLE_32B)
+                       : make_tensor_map(a.v, v_shape, type, s.elem_bytes, kv_box_rows);
   }
   if (!(spec.varlen_q || spec.pack_gqa))
     p.tm_o = make_tensor_map(a.out, o_shape, tensor_map_type(s.out_dtype), s.out_elem_bytes, 64);
@@ -658,7 +677,7 @@ struct ShapeClass {
 int layout_bits(const Layout& l) {
   return (l.varlen_q ? 1 : 0) | (l.varlen_k ? 2 : 0) | (l.paged_kv ? 4 : 0) | (l.pack_gqa ? 8 : 0) |
          (l.split_kv ? 16 : 0) | (l.short_q ? 32 : 0) | (l.local ? 64 : 0) | (l.softcap ? 128 : 0) |
-         (l.sinks ? 256 : 0) | (l.paged_gather ? 512 : 0);
+         (l.sinks ? 256 : 0) | (l.paged_gather ? 512 : 0) | (l.v_d_major ? 1024 : 0);
 }
 Layout layout_of(int bits) {
   Layout l;
@@ -672,6 +691,7 @@ Layout layout_of(int bits) {
   l.softcap = bits & 128;
   l.sinks = bits & 256;
   l.paged_gather = bits & 512;
+  l.v_d_major = bits & 1024;
   return l;
 }
 

@@ -60,6 +60,16 @@ struct ForwardArgs {
   int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, num_heads = 0, num_heads_kv = 0;
   int64_t head_dim = 0, head_dim_v = 0;  // head_dim_v 0 = head_dim
   TensorView q, k, v, out;
+  /// How v is laid out (spec field v_layout). kSeqMajor: (batch, seqlen_k, num_heads_kv, head_dim_v) as above.
+  /// kDMajor (e4m3 only; not with cu_seqlens_k or page_table): v is V transposed, (batch, num_heads_kv, head_dim_v,
+  /// seqlen_k_pad) with seqlen_k_pad = seqlen_k rounded up to 16, keys contiguous: v.stride_seq is the stride
+  /// between two channels (at least seqlen_k_pad; 16-byte multiples, as every stride), stride_head and stride_batch
+  /// as usual. Inside every aligned group of 16 keys the key 16 g + j is stored at position 16 g + 4 ((j & 7) >> 1) +
+  /// (j & 1) + 2 (j >> 3): the order in which the kernel packs P's FP8 fragment (device/transpose_v.cuh), so V
+  /// reaches the tensor cores without a transpose or a shuffle. The positions of keys past seqlen_k must hold finite
+  /// values (0: they are multiplied by a probability of 0). fa3jit_quantize_fp8 with v_layout d_major writes it;
+  /// fa3jit.v_to_d_major (Python) converts an e4m3 V.
+  VLayout v_layout = VLayout::kSeqMajor;
   float* lse = nullptr;          // (batch, num_heads, seqlen_q) fp32, or null
   float softmax_scale = 0.0f;    // 0 = 1/sqrt(head_dim)
   bool causal = false;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "hopper/abi.h"
+#include "kernels/attention_fwd/device/fp8_v_layout.h"  // fp8_key_position, d_major_keys
 
 namespace fa3jit::attention_fwd {
 
@@ -74,21 +75,38 @@ struct Params {
   FA3JIT_ATTENTION_FWD_PARAMS(FA3JIT_PARAMS_DECLARE)
 };
 
+/// How V reaches the P.V GEMM (spec fields dtype and v_layout; device/smem_layout.cuh). The one statement of it:
+/// the host's plan, the kernel's layout and the producer derive from this value.
+///   kVStageMnMajor   16-bit: TMA writes V as it is in memory (block_n rows of head_dim_v, 128-byte swizzle) and
+///                    P.V reads it transposed (MN-major B, trans-b);
+///   kVStageTransposed e4m3, v_layout "seq_major": TMA writes V into a V load stage and the producer warpgroup
+///                    transposes it into the K-major V stage (device/transpose_v.cuh), 128-byte swizzle, column blocks
+///                    of 128 keys;
+///   kVStageDMajor    e4m3, v_layout "d_major": V is given transposed (launch.h), and TMA writes it straight into
+///                    the K-major V stage in boxes of 32 keys x head_dim_v channels, 32-byte swizzle: one box per
+///                    k32 step of P.V, so any block_n that is a multiple of 32 loads no key twice.
+enum VStage : int { kVStageMnMajor = 0, kVStageTransposed = 1, kVStageDMajor = 2 };
+
 /// Byte offsets of one CTA's dynamic shared memory. Every tile starts on a 1024-byte boundary (128-byte
 /// swizzle atoms, docs/kernel-design.md §2); the launch requests 1024 bytes of slack on top so the kernel
-/// can align the base of the dynamic window. Order: Q | V load stages (e4m3) | K stages | V stages |
-/// barriers. The epilogue stages O from the start of Q over Q and the V load stages, all free by then.
+/// can align the base of the dynamic window. Order: Q | V load stages (e4m3 seq_major) | O tail | K stages |
+/// V stages | barriers. The epilogue stages O from the start of Q over Q, the V load stages (all free by then) and
+/// the O tail: the bytes of O that Q and the load stages do not cover (an e4m3 d_major kernel's 16-bit O is twice
+/// its Q; 0 for every other kernel).
 struct SmemPlan {
   int q_bytes;          // block_m x head_dim
-  int v_load_stage_bytes;  // e4m3: block_n x head_dim_v as TMA writes V (seqlen-major), which the producer
-                           // transposes into a V stage; 0 for 16-bit
+  int v_load_stage_bytes;  // kVStageTransposed: block_n x head_dim_v as TMA writes V (seqlen-major), which the
+                           // producer transposes into a V stage; 0 otherwise
   int k_stage_bytes;    // block_n x head_dim
-  int v_stage_bytes;    // block_n x head_dim_v; e4m3: transposed_v_rows(head_dim_v) rows of block_n keys
-                        // (K-major), in ceil(block_n / 128) column blocks of 128 keys
+  int v_stage_bytes;    // kVStageMnMajor: block_n x head_dim_v; e4m3: transposed_v_rows(head_dim_v) rows of block_n
+                        // keys (K-major), in ceil(block_n / 128) column blocks of 128 keys (kVStageTransposed) or
+                        // block_n / 32 boxes of 32 keys (kVStageDMajor)
   int o_bytes;          // block_m x head_dim_v in the output dtype (the epilogue's staging tile)
-  int o_staging_bytes;  // what the epilogue may use: Q and the V load stages
+  int o_tail_bytes;     // what O needs past Q and the V load stages, rounded up to 1024
+  int o_staging_bytes;  // what the epilogue may use: Q, the V load stages and the O tail
   int q_offset, v_load_offset, k_offset, v_offset, barrier_offset;
-  int num_barriers;     // q_full + k_full, k_empty, v_full, v_empty per stage (+ v_load_full, v_load_empty for e4m3)
+  int num_barriers;     // q_full + k_full, k_empty, v_full, v_empty per stage (+ v_load_full, v_load_empty with a
+                        // V load stage)
   int launch_bytes;     // dynamic shared memory requested at launch
 };
 
@@ -103,22 +121,32 @@ FA3JIT_HOST_DEVICE constexpr int smem_row_bytes(int cols, int elem_bytes) { retu
 /// the rows past head_dim_v hold the zeros TMA wrote past V's last column and are never read by P.V).
 FA3JIT_HOST_DEVICE constexpr int transposed_v_rows(int head_dim_v) { return (head_dim_v + 31) / 32 * 32; }
 
+/// Keys per TMA box and per P.V k-step of a kVStageDMajor V stage (32-byte swizzle rows).
+inline constexpr int kDMajorBoxKeys = 32;
+
+
 FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int head_dim, int head_dim_v, int stages,
-                                                int elem_bytes, int out_elem_bytes, bool transpose_v) {
+                                                int elem_bytes, int out_elem_bytes, int v_stage) {
   SmemPlan p{};
+  const bool load_stages = v_stage == kVStageTransposed;
   p.q_bytes = block_m * smem_row_bytes(head_dim, elem_bytes);
-  p.v_load_stage_bytes = transpose_v ? block_n * smem_row_bytes(head_dim_v, elem_bytes) : 0;
+  p.v_load_stage_bytes = load_stages ? block_n * smem_row_bytes(head_dim_v, elem_bytes) : 0;
   p.k_stage_bytes = block_n * smem_row_bytes(head_dim, elem_bytes);
-  p.v_stage_bytes = transpose_v ? (block_n + 127) / 128 * transposed_v_rows(head_dim_v) * 128
-                                : block_n * smem_row_bytes(head_dim_v, elem_bytes);
+  p.v_stage_bytes = v_stage == kVStageTransposed ? (block_n + 127) / 128 * transposed_v_rows(head_dim_v) * 128
+                    : v_stage == kVStageDMajor   ? block_n * transposed_v_rows(head_dim_v)
+                                                 : block_n * smem_row_bytes(head_dim_v, elem_bytes);
   p.o_bytes = block_m * smem_row_bytes(head_dim_v, out_elem_bytes);
-  p.o_staging_bytes = p.q_bytes + stages * p.v_load_stage_bytes;
+  const int lent = p.q_bytes + stages * p.v_load_stage_bytes;
+  // Only an e4m3 d_major kernel has a tail (its Q is half its O and it has no load stages); a 16-bit head_dim_v past
+  // head_dim keeps the budget check's message (tile_table.cpp).
+  p.o_tail_bytes = v_stage == kVStageDMajor && p.o_bytes > lent ? (p.o_bytes - lent + 1023) / 1024 * 1024 : 0;
+  p.o_staging_bytes = lent + p.o_tail_bytes;
   p.q_offset = 0;
   p.v_load_offset = p.q_offset + p.q_bytes;
-  p.k_offset = p.v_load_offset + stages * p.v_load_stage_bytes;
+  p.k_offset = p.v_load_offset + stages * p.v_load_stage_bytes + p.o_tail_bytes;
   p.v_offset = p.k_offset + stages * p.k_stage_bytes;
   p.barrier_offset = p.v_offset + stages * p.v_stage_bytes;
-  p.num_barriers = 1 + (transpose_v ? 6 : 4) * stages;
+  p.num_barriers = 1 + (load_stages ? 6 : 4) * stages;
   p.launch_bytes = p.barrier_offset + kBarrierAreaBytes + kSmemAlignSlack;
   return p;
 }

@@ -67,6 +67,10 @@ void check_precision(const Spec& spec) {
       invalid(fmt::format("spec field \"fp32_two_level_accum\": true is not allowed with dtype \"{}\"; it applies "
                           "to e4m3 only, expected false",
                           dtype_name(spec.dtype)));
+    if (spec.v_layout != VLayout::kSeqMajor)
+      invalid(fmt::format("spec field \"v_layout\": \"{}\" is not allowed with dtype \"{}\"; a 16-bit V is read "
+                          "as it is (wgmma transposes it), expected \"seq_major\"",
+                          v_layout_name(spec.v_layout), dtype_name(spec.dtype)));
     return;
   }
   if (!supports_out_dtype(spec.dtype, spec.out_dtype))
@@ -105,6 +109,19 @@ void check_layout(const Spec& spec) {
   if (spec.pack_gqa && spec.quant == Quant::kPerBlock)
     invalid("spec field \"pack_gqa\": true is not allowed with quant \"per_block\"; a packed M tile holds several "
             "query heads, whose per-block q descales differ, expected false or quant \"per_head\"");
+  if (spec.v_layout == VLayout::kDMajor && (spec.varlen_k || spec.paged_kv))
+    invalid(fmt::format("spec field \"v_layout\": \"d_major\" is not allowed with {} true; a transposed V is laid "
+                        "out per (batch, kv head) of a dense tensor, expected \"seq_major\"",
+                        spec.varlen_k ? "varlen_k" : "paged_kv"));
+}
+
+VLayout read_v_layout(const json& doc) {
+  if (!doc.contains("v_layout")) return VLayout::kSeqMajor;
+  const char* allowed = "\"seq_major\" or \"d_major\"";
+  const std::string name = read_string(doc.at("v_layout"), "v_layout", allowed);
+  for (VLayout v : {VLayout::kSeqMajor, VLayout::kDMajor})
+    if (name == v_layout_name(v)) return v;
+  invalid(fmt::format("spec field \"v_layout\": {} is not allowed; expected {}", show(doc.at("v_layout")), allowed));
 }
 
 DType read_dtype_field(const json& doc, const char* key, const std::string& allowed) {
@@ -201,7 +218,7 @@ const Capabilities& capabilities() {
       {64, 96, 128, 192, 256},
       {DType::kBf16, DType::kFp16},
       true,
-      {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum", "varlen",
+      {"causal", "gqa", "mqa", "lse", "strided", "fp8_per_head", "fp8_per_block", "fp8_two_level_accum", "fp8_v_d_major", "varlen",
        "paged_kv", "paged_gather", "split_kv", "pack_gqa", "seqused_k", "local", "softcap", "sinks"},
   };
   return kCapabilities;
@@ -242,6 +259,14 @@ const char* quant_name(Quant quant) noexcept {
     case Quant::kNone: return "none";
     case Quant::kPerHead: return "per_head";
     case Quant::kPerBlock: return "per_block";
+  }
+  return "unknown";
+}
+
+const char* v_layout_name(VLayout layout) noexcept {
+  switch (layout) {
+    case VLayout::kSeqMajor: return "seq_major";
+    case VLayout::kDMajor: return "d_major";
   }
   return "unknown";
 }
@@ -299,7 +324,7 @@ Spec parse_spec(const json& doc) {
     invalid("spec field \"hadamard\" is not a field of the attention kernel: a rotation of Q and K by the same "
             "orthogonal matrix cancels in Q.K^T (FA3 paper §3.3), so it belongs to the FP8 quantisation pre-pass");
   reject_unknown_keys(doc, "",
-                      {"kind", "dtype", "out_dtype", "quant", "fp32_two_level_accum", "head_dim", "head_dim_v",
+                      {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
                        "cluster_m", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa", "split_kv", "local",
                        "softcap", "sinks"});
@@ -316,6 +341,7 @@ Spec parse_spec(const json& doc) {
   spec.out_dtype = doc.contains("out_dtype") ? read_dtype_field(doc, "out_dtype", allowed_out_dtypes(spec.dtype))
                                              : default_out_dtype(spec.dtype);
   spec.quant = read_quant(doc, spec.dtype);
+  spec.v_layout = read_v_layout(doc);
 
   spec.varlen_q = read_knob(doc, "varlen_q", false);
   spec.varlen_k = read_knob(doc, "varlen_k", false);
@@ -330,6 +356,7 @@ Spec parse_spec(const json& doc) {
   Layout variant;
   variant.local = spec.local;
   variant.softcap = spec.softcap;
+  variant.v_d_major = spec.v_layout == VLayout::kDMajor;
   const TileDefaults defaults = variant_tile(spec.dtype, spec.head_dim, spec.head_dim_v, spec.causal, variant);
   spec.fp32_two_level_accum = read_knob(doc, "fp32_two_level_accum", fp8 && defaults.fp32_two_level_accum);
   read_tile(doc, defaults, spec);
@@ -363,6 +390,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.out_dtype = out_dtype;
   spec.quant = quant;
   spec.fp32_two_level_accum = dtype == DType::kE4m3 && d.fp32_two_level_accum;
+  spec.v_layout = layout.v_d_major ? VLayout::kDMajor : VLayout::kSeqMajor;
   spec.head_dim = head_dim;
   spec.head_dim_v = head_dim_v;
   spec.causal = causal;
@@ -402,6 +430,7 @@ json canonical_json(const Spec& spec) {
       {"dtype", dtype_name(spec.dtype)},
       {"out_dtype", dtype_name(spec.out_dtype)},
       {"quant", quant_name(spec.quant)},
+      {"v_layout", v_layout_name(spec.v_layout)},
       {"fp32_two_level_accum", spec.fp32_two_level_accum},
       {"head_dim", spec.head_dim},
       {"head_dim_v", spec.head_dim_v},
@@ -431,6 +460,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.dtype == DType::kE4m3)
     text += fmt::format(" {}->{}{}", quant_name(spec.quant), dtype_name(spec.out_dtype),
                         spec.fp32_two_level_accum ? " two-level" : "");
+  if (spec.v_layout == VLayout::kDMajor) text += " v_d_major";
   if (spec.head_dim_v != spec.head_dim) text += fmt::format("/v{}", spec.head_dim_v);
   if (spec.causal) text += " causal";
   text += fmt::format(" {}x{} wg{} st{}", spec.block_m, spec.block_n, spec.consumer_warpgroups, spec.stages);
@@ -452,6 +482,7 @@ std::string name_token(const Spec& spec) {
   std::string token = fmt::format("{}_d{}", dtype_name(spec.dtype), spec.head_dim);
   if (spec.dtype == DType::kE4m3) token = fmt::format("e4m3_{}_d{}", quant_name(spec.quant), spec.head_dim);
   if (spec.head_dim_v != spec.head_dim) token += fmt::format("v{}", spec.head_dim_v);
+  if (spec.v_layout == VLayout::kDMajor) token += "_vt";
   token += spec.causal ? "_causal" : spec.local ? "_local" : "_full";
   if (spec.varlen_q || spec.varlen_k) token += "_varlen";
   if (spec.paged_kv) token += spec.paged_gather ? "_pagedgather" : "_paged";

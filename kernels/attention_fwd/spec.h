@@ -17,6 +17,11 @@
 //                       (batch, num_heads_kv)) or "per_block" (q: one per (batch, head, block_m rows), k: one
 //                       per (batch, kv head, block_n rows), v: one per (batch, kv head, head_dim_v channel));
 //                       "none" for 16-bit dtypes (the default there, and the only value)
+//   v_layout            how v is laid out in memory: "seq_major" (default; FlashAttention's (batch, seqlen_k,
+//                       num_heads_kv, head_dim_v)) or, e4m3 only, "d_major": V given transposed, (batch, num_heads_kv,
+//                       head_dim_v, seqlen_k rounded up to 16) with the keys of every 16 in the kernel's order
+//                       (launch.h: ForwardArgs::v), so the kernel loads it straight into the K-major operand the FP8
+//                       wgmma needs and skips the producer's V transpose; not with varlen_k or paged_kv
 //   fp32_two_level_accum e4m3 only, bool: P.V of each key block goes into a fresh accumulator that is added to
 //                       the fp32 O registers, so the FP8 tensor cores' limited accumulation precision does not
 //                       grow with seqlen_k; default from the tile table
@@ -114,12 +119,18 @@ enum class Quant { kNone, kPerHead, kPerBlock };
 /// "none", "per_head", "per_block".
 const char* quant_name(Quant quant) noexcept;
 
+/// How v is laid out (spec field "v_layout"; launch.h: ForwardArgs::v).
+enum class VLayout { kSeqMajor, kDMajor };
+/// "seq_major", "d_major".
+const char* v_layout_name(VLayout layout) noexcept;
+
 /// A fully resolved kernel spec: every field has a value (defaults filled in from the tile table).
 struct Spec {
   DType dtype = DType::kBf16;
   DType out_dtype = DType::kBf16;   // = dtype for 16-bit; bf16 or fp16 for e4m3
   Quant quant = Quant::kNone;       // kNone for 16-bit; kPerHead or kPerBlock for e4m3
   bool fp32_two_level_accum = false;  // e4m3 only
+  VLayout v_layout = VLayout::kSeqMajor;  // kDMajor: e4m3 only
   int head_dim = 128;
   int head_dim_v = 128;
   bool causal = false;
@@ -150,6 +161,8 @@ struct Layout {
   /// The call's M tile holds at most 64 rows (a decode step): the tile table's decode tile (tile_table.h).
   bool short_q = false;
   bool local = false, softcap = false, sinks = false;
+  /// e4m3 with v given transposed (spec field v_layout "d_major").
+  bool v_d_major = false;
 };
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.

@@ -150,9 +150,33 @@ TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 
+// e4m3 with V given transposed (v_layout d_major): no V transpose, so the producer is one warp at 24 registers and
+// the consumers get 240 (derive_config). Swept on the H200 with `fa3jit tune` (configs/sweeps/e4m3_*_vt.json, 8k keys;
+// bench/NOTES.md): d128 128x192 without pingpong (881 TFLOPS non-causal, 838 causal, against 856 / 815 for the
+// transposing kernel's 128x160), d256 128x128 with pingpong (1299 against 1033: the tile whose consumers need more
+// than the transposing kernel's 232 registers); d64's 192x160 won its sweep too. The other rows, and softcap (not
+// swept), keep the transposing kernel's tile.
+TileDefaults d_major_tile(int row, TileDefaults d) {
+  const auto tile = [&](int block_n, bool pingpong) {
+    d.block_m = 128;
+    d.block_n = block_n;
+    d.consumer_warpgroups = 2;
+    d.stages = 2;
+    d.pingpong = pingpong;
+    d.intra_wg_overlap = true;
+    return d;
+  };
+  if (row == 128) return tile(192, false);
+  if (row == 256) return tile(128, true);
+  return d;
+}
+
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& layout) {
   if (layout.short_q) return decode_tile(dtype, head_dim, head_dim_v);
   TileDefaults d = default_tile(dtype, head_dim, head_dim_v, causal || layout.local);
+  if (dtype == DType::kE4m3 && layout.v_d_major && !layout.softcap && head_dim == head_dim_v &&
+      head_dim == tuned_row(head_dim))
+    d = d_major_tile(head_dim, d);
   // (e4m3 + softcap spilled 528 bytes at FA3's d128 128x224; the table's 128x160 spills none, nor do the other
   // e4m3 rows.) The gather kernels' wide producer split leaves their consumers 232 registers (derive_config); a tile whose
   // estimate is above that narrows.
@@ -167,6 +191,8 @@ KernelConfig derive_config(const Spec& spec) {
   config.producer_registers = kRegisterSplits[wg - 1].producer;
   config.consumer_registers = kRegisterSplits[wg - 1].consumer;
   const bool fp8 = spec.dtype == DType::kE4m3;
+  config.v_stage = !fp8 ? kVStageMnMajor : spec.v_layout == VLayout::kDMajor ? kVStageDMajor : kVStageTransposed;
+  const bool transpose_v = config.v_stage == kVStageTransposed;
   // The e4m3 producer warpgroup also transposes V (device/transpose_v.cuh): its lean loop fits the 24 registers of
   // FA3's split (d256 128x128), its fast loop takes the 40 given below where the consumers fit 232.
   // The gather producer (cp.async rows, page lookups, 64-bit addresses) spilled 28-36 bytes at 24 registers (ptxas,
@@ -190,12 +216,12 @@ KernelConfig derive_config(const Spec& spec) {
   auto estimate = [&](int chunk) {
     return spec.head_dim_v / 2 + spec.block_n / 2 + p_registers + 28 + (spec.fp32_two_level_accum ? chunk / 2 : 0);
   };
-  if (fp8 && wg == 2 && config.producer_registers < kWideProducerSplit.producer &&
+  if (transpose_v && wg == 2 && config.producer_registers < kWideProducerSplit.producer &&
       estimate(config.pv_chunk_n) <= kWideProducerSplit.consumer) {
     // The V transpose's fast loop (device/transpose_v.cuh: TransposeV::run_fast) keeps its addresses in registers
     // and spills at FA3's 24: the wide split where the consumers fit it (d128 128x224: estimate 232, ptxas no
     // spills; the table's d128 128x160: 192; d256 128x96: 216; a d256 128x128 spec needs 236 and keeps 24 + 2 x 240
-    // and the lean loop).
+    // and the lean loop). A d_major V needs no transpose: its producer is one warp issuing TMA, as for 16-bit inputs.
     widen();
   }
   if (spec.fp32_two_level_accum) {
@@ -211,7 +237,7 @@ KernelConfig derive_config(const Spec& spec) {
   config.elem_bytes = dtype_size(spec.dtype);
   config.out_elem_bytes = dtype_size(spec.out_dtype);
   config.smem = smem_plan(spec.block_m, spec.block_n, spec.head_dim, spec.head_dim_v, spec.stages, config.elem_bytes,
-                          config.out_elem_bytes, fp8);
+                          config.out_elem_bytes, config.v_stage);
   config.smem_bytes = config.smem.launch_bytes;
   return config;
 }

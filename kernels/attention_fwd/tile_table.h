@@ -54,6 +54,7 @@ struct KernelConfig {
   int elem_bytes;              // of q, k, v (core/dtype.h)
   int out_elem_bytes;          // of out
   int pv_chunk_n;              // columns of O per P.V pass: head_dim_v, or less with fp32_two_level_accum
+  int v_stage;                 // params.h VStage: how V reaches P.V (16-bit, e4m3 transposed in the kernel, d_major)
   SmemPlan smem;               // params.h: the plan the device code reads too
   int smem_bytes;              // smem.launch_bytes: dynamic shared memory requested at launch
   int estimated_consumer_registers;  // accumulators + P + overhead, checked against consumer_registers

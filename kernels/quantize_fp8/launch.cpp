@@ -1,11 +1,14 @@
 // FP8 pre-pass launch path (launch.h): argument checks, plan cache, device checks, parameters, three launches.
 #include "kernels/quantize_fp8/launch.h"
 
+#include "kernels/attention_fwd/device/fp8_v_layout.h"
+
 #include <algorithm>
 #include <map>
 #include <memory>
 #include <shared_mutex>
 #include <tuple>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -29,6 +32,14 @@ struct CallShape {
   int64_t q_clusters, k_clusters, v_chunks, v_units, v_descale_count;
   unsigned qk_grid, v_grid;  // CTAs of kPassQk and of each V pass, whole clusters
 };
+
+// v8 as (batch, rows, heads, row elements): (batch, seqlen_k, num_heads_kv, head_dim_v), or with v_layout d_major
+// V transposed, (batch, head_dim_v channels, num_heads_kv, d_major_keys(seqlen_k)): stride_seq is then the stride
+// between channels (kernels/attention_fwd/launch.h: ForwardArgs::v).
+TensorShape v8_shape(const Spec& spec, const CallShape& s) {
+  return spec.v_d_major ? TensorShape{"v8", s.batch, spec.head_dim_v, s.num_heads_kv, attention_fwd::d_major_keys(s.seqlen_k)}
+                        : TensorShape{"v8", s.batch, s.seqlen_k, s.num_heads_kv, spec.head_dim_v};
+}
 
 void check_aligned(const void* ptr, unsigned alignment, const char* name, const char* why) {
   const auto addr = reinterpret_cast<uintptr_t>(ptr);
@@ -104,7 +115,7 @@ CallShape check_shape(const Spec& spec, const Geometry& g, const QuantizeArgs& a
   }
   check_no_self_overlap(a.q8, TensorShape{"q8", s.batch, s.seqlen_q, s.num_heads, spec.head_dim});
   check_no_self_overlap(a.k8, TensorShape{"k8", s.batch, s.seqlen_k, s.num_heads_kv, spec.head_dim});
-  check_no_self_overlap(a.v8, TensorShape{"v8", s.batch, s.seqlen_k, s.num_heads_kv, spec.head_dim_v});
+  check_no_self_overlap(a.v8, v8_shape(spec, s));
   return s;
 }
 
@@ -119,7 +130,7 @@ CUcontext check_device_tensors(const Spec& spec, const QuantizeArgs& a, const Ca
   const ByteRange v = check_tensor(a.v, TensorShape{"v", s.batch, s.seqlen_k, s.num_heads_kv, spec.head_dim_v}, in_bytes, device);
   const ByteRange q8 = check_tensor(a.q8, TensorShape{"q8", s.batch, s.seqlen_q, s.num_heads, spec.head_dim}, 1, device);
   const ByteRange k8 = check_tensor(a.k8, TensorShape{"k8", s.batch, s.seqlen_k, s.num_heads_kv, spec.head_dim}, 1, device);
-  const ByteRange v8 = check_tensor(a.v8, TensorShape{"v8", s.batch, s.seqlen_k, s.num_heads_kv, spec.head_dim_v}, 1, device);
+  const ByteRange v8 = check_tensor(a.v8, v8_shape(spec, s), 1, device);
   const TensorShape qd_shape{"q_descale", s.batch, s.num_heads, s.q_blocks, 1};
   const TensorShape kd_shape{"k_descale", s.batch, s.num_heads_kv, s.k_blocks, 1};
   const TensorShape vd_shape{"v_descale", s.batch, s.num_heads_kv, spec.head_dim_v, 1};
@@ -154,7 +165,7 @@ CUcontext check_device_tensors(const Spec& spec, const QuantizeArgs& a, const Ca
 // A size-1 dimension's index is always 0: its stride (whatever the caller passed) is never used.
 long long used_stride(int64_t stride, int64_t extent) { return extent == 1 ? 0 : stride; }
 
-Params make_params(const QuantizeArgs& a, const CallShape& s) {
+Params make_params(const Spec& spec, const QuantizeArgs& a, const CallShape& s) {
   Params p{};
   p.q = a.q.data;
   p.k = a.k.data;
@@ -183,7 +194,7 @@ Params make_params(const QuantizeArgs& a, const CallShape& s) {
   p.k8_stride_seq = used_stride(a.k8.stride_seq, s.seqlen_k);
   p.k8_stride_head = used_stride(a.k8.stride_head, s.num_heads_kv);
   p.v8_stride_batch = used_stride(a.v8.stride_batch, s.batch);
-  p.v8_stride_seq = used_stride(a.v8.stride_seq, s.seqlen_k);
+  p.v8_stride_seq = used_stride(a.v8.stride_seq, spec.v_d_major ? static_cast<int64_t>(spec.head_dim_v) : s.seqlen_k);
   p.v8_stride_head = used_stride(a.v8.stride_head, s.num_heads_kv);
   p.seed = a.seed;
   p.batch = static_cast<int>(s.batch);
@@ -204,26 +215,29 @@ Params make_params(const QuantizeArgs& a, const CallShape& s) {
 
 // ---- plan cache ---------------------------------------------------------------------------------------
 
-// The runtime's plans: one loaded kernel per spec, kept for the runtime's life.
+// The runtime's plans: one loaded kernel per spec, kept for the runtime's life. Found by Spec equality (its
+// defaulted operator==), so a field added to Spec can never be left out of the key; a process holds a handful.
 struct Plans {
-  // dtype, head_dim, head_dim_v, hadamard, rope, rotary_dim, q_block_rows, k_block_rows
-  using Key = std::tuple<int, int, int, bool, int, int, int, int>;
   std::shared_mutex mu;
-  std::map<Key, std::shared_ptr<LoadedKernel>> by_spec;
+  std::vector<std::pair<Spec, std::shared_ptr<LoadedKernel>>> by_spec;
+  LoadedKernel* find(const Spec& spec) const {
+    for (const auto& [s, kernel] : by_spec)
+      if (s == spec) return kernel.get();
+    return nullptr;
+  }
 };
 
 LoadedKernel& plan_for(Runtime& runtime, const Spec& spec) {
   Plans& plans = runtime.family_state<Plans>();
-  const Plans::Key key{static_cast<int>(spec.dtype), spec.head_dim,   spec.head_dim_v,   spec.hadamard,
-                       static_cast<int>(spec.rope),  spec.rotary_dim, spec.q_block_rows, spec.k_block_rows};
   {
     std::shared_lock<std::shared_mutex> lock(plans.mu);
-    auto it = plans.by_spec.find(key);
-    if (it != plans.by_spec.end()) return *it->second;
+    if (LoadedKernel* kernel = plans.find(spec)) return *kernel;
   }
   std::shared_ptr<LoadedKernel> loaded = runtime.load(make_request(spec));  // compiles outside the lock
   std::unique_lock<std::shared_mutex> lock(plans.mu);
-  return *plans.by_spec.emplace(key, std::move(loaded)).first->second;
+  if (LoadedKernel* kernel = plans.find(spec)) return *kernel;  // another thread's, loaded meanwhile
+  plans.by_spec.emplace_back(spec, std::move(loaded));
+  return *plans.by_spec.back().second;
 }
 
 void check_unsupported(const QuantizeArgs& a) {
@@ -244,7 +258,7 @@ void launch_checked(Runtime& runtime, const Spec& spec, const QuantizeArgs& args
   const CUcontext ctx = check_device_tensors(spec, args, shape, stream);
   LoadedKernel& kernel = plan_for(runtime, spec);
   const CUfunction function = kernel.function_for(ctx);
-  Params params = make_params(args, shape);
+  Params params = make_params(spec, args, shape);
   const auto cu_stream = static_cast<CUstream>(stream);
   // Stream order is the only ordering the passes need: v_descale is zeroed by the first launch, merged into by
   // the second and read by the third.
@@ -269,6 +283,7 @@ Spec spec_for(const QuantizeArgs& args, const QuantizeOptions& options) {
   spec.rotary_dim = options.rotary_dim == 0 ? spec.head_dim : options.rotary_dim;
   spec.q_block_rows = options.q_block_rows;
   spec.k_block_rows = options.k_block_rows;
+  spec.v_d_major = options.v_d_major;
   validate(spec);
   return spec;
 }

@@ -14,7 +14,9 @@
 //                inputs: last dimension contiguous, batch/seq/head strides free but multiples of 8 elements
 //                (16 bytes), base 16-byte aligned (the kernel reads 16 bytes at a time); they may overlap
 //                each other (e.g. one packed qkv tensor)
-//   q8, k8, v8   e4m3 with the shapes of q, k, v; last dimension contiguous, strides multiples of 16 elements
+//   q8, k8, v8   e4m3 with the shapes of q, k, v; last dimension contiguous, strides multiples of 16 elements;
+//                with v_layout d_major v8 is (batch, num_heads_kv, head_dim_v, seqlen_k rounded up to 16), its
+//                stride_seq the stride between channels (kernels/attention_fwd/launch.h: ForwardArgs::v)
 //                (16 bytes), base 16-byte aligned; a contiguous (batch, seqlen, heads, dim) tensor qualifies.
 //                Each must not overlap itself or any other tensor
 //   q_descale    fp32 (batch, num_heads, ceil(seqlen_q / q_block_rows)), contiguous
@@ -65,6 +67,7 @@ struct QuantizeOptions {
   int rotary_dim = 0;  // 0: head_dim
   int q_block_rows = 128;
   int k_block_rows = 128;
+  bool v_d_major = false;  // spec field v_layout "d_major": v8 is written transposed (spec.h)
 };
 
 /// seqlen and batch x heads x blocks above this are refused: the kernel's block, row and chunk indices are

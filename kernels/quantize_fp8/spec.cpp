@@ -168,7 +168,7 @@ Spec parse_spec(const json& doc) {
   require_object(doc, "");
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "head_dim", "head_dim_v", "hadamard", "rope", "rotary_dim", "q_block_rows",
-                       "k_block_rows"});
+                       "k_block_rows", "v_layout"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", fmt::format("\"{}\"", kKind)) != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
   Spec spec;
@@ -186,6 +186,13 @@ Spec parse_spec(const json& doc) {
   const int rows = capabilities().default_block_rows;
   spec.q_block_rows = doc.contains("q_block_rows") ? read_any_int(doc, "q_block_rows", allowed_block_rows()) : rows;
   spec.k_block_rows = doc.contains("k_block_rows") ? read_any_int(doc, "k_block_rows", allowed_block_rows()) : rows;
+  if (doc.contains("v_layout")) {
+    const char* allowed = "\"seq_major\" or \"d_major\"";
+    const std::string layout = read_string(doc.at("v_layout"), "v_layout", allowed);
+    if (layout != "seq_major" && layout != "d_major")
+      invalid(fmt::format("spec field \"v_layout\": {} is not allowed; expected {}", show(doc.at("v_layout")), allowed));
+    spec.v_d_major = layout == "d_major";
+  }
   validate(spec);
   return spec;
 }
@@ -215,6 +222,7 @@ json canonical_json(const Spec& spec) {
       {"rotary_dim", spec.rotary_dim},
       {"q_block_rows", spec.q_block_rows},
       {"k_block_rows", spec.k_block_rows},
+      {"v_layout", spec.v_d_major ? "d_major" : "seq_major"},
   };
 }
 
@@ -222,10 +230,11 @@ std::string canonical_string(const Spec& spec) { return canonical_json(spec).dum
 
 std::string spec_summary(const Spec& spec) {
   const Geometry g = derive_geometry(spec);
-  return fmt::format("quantize_fp8 {} d{} dv{} {} rope {}{} q{} k{} warps{} cluster{}", dtype_name(spec.dtype),
+  return fmt::format("quantize_fp8 {} d{} dv{} {} rope {}{} q{} k{}{} warps{} cluster{}", dtype_name(spec.dtype),
                      spec.head_dim, spec.head_dim_v, spec.hadamard ? "hadamard" : "no-hadamard",
                      rope_name(spec.rope), spec.rope == Rope::kNone ? "" : fmt::format("/{}", spec.rotary_dim),
-                     spec.q_block_rows, spec.k_block_rows, g.warps_per_cta, g.cluster_size);
+                     spec.q_block_rows, spec.k_block_rows, spec.v_d_major ? " v_d_major" : "", g.warps_per_cta,
+                     g.cluster_size);
 }
 
 std::string name_token(const Spec& spec) {
@@ -233,6 +242,7 @@ std::string name_token(const Spec& spec) {
   if (spec.hadamard) token += "_h";
   if (spec.rope != Rope::kNone) token += fmt::format("_{}{}", rope_name(spec.rope), spec.rotary_dim);
   token += fmt::format("_q{}_k{}", spec.q_block_rows, spec.k_block_rows);
+  if (spec.v_d_major) token += "_vt";
   return token;
 }
 

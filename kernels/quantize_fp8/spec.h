@@ -28,6 +28,10 @@
 //   q_block_rows  tokens per Q descale block: a multiple of 16 in [16, 256], default 128 (the FP8 attention
 //                 kernel passes its block_m)
 //   k_block_rows  tokens per K descale block, the same range, default 128 (the kernel's block_n)
+//   v_layout      how v8 is written: "seq_major" (default; (batch, seqlen_k, num_heads_kv, head_dim_v), as v) or
+//                 "d_major": V transposed in the attention kernel's key order, (batch, num_heads_kv, head_dim_v,
+//                 seqlen_k rounded up to 16), zeros past seqlen_k (kernels/attention_fwd/launch.h: ForwardArgs::v), for
+//                 an e4m3 attention kernel with v_layout "d_major", which then skips its V transpose
 // A field left out takes its default, so a spec with defaults spelled out and one without map to the same
 // Spec, kernel name and cache key. Problem sizes and the seed are launch arguments (launch.h).
 #pragma once
@@ -85,6 +89,7 @@ struct Spec {
   int rotary_dim = 128;  // head_dim when rope is kNone
   int q_block_rows = 128;
   int k_block_rows = 128;
+  bool v_d_major = false;  // v_layout "d_major"
   bool operator==(const Spec&) const = default;
 };
 

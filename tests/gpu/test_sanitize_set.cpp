@@ -1,8 +1,8 @@
 // The representative set the device script runs under compute-sanitizer (memcheck, racecheck, synccheck):
 // every attention mainloop variant once on odd sizes (2 consumer warpgroups causal, 3-warpgroup pingpong,
 // head_dim 256, a 2-CTA cluster, the sequential mainloop on a decode step; e4m3 with the producer's V
-// transpose, per-head and per-block descales, two-level accumulation, with and without pingpong; head dims 96, 72,
-// 80, 192 / 128), each checked against the float64 reference. The combine kernel's GPU tests run under the same
+// transpose, per-head and per-block descales, two-level accumulation, with and without pingpong, V given transposed
+// (d_major); head dims 96, 72, 80, 192 / 128), each checked against the float64 reference. The combine kernel's GPU tests run under the same
 // tools. Also part of the normal GPU tests.
 #include <catch2/catch.hpp>
 
@@ -29,6 +29,7 @@ void run_sanitize_cases(const Case (&cases)[N]) {
     shape.quant = spec.quant;
     shape.quant_block_m = spec.block_m;
     shape.quant_block_n = spec.block_n;
+    shape.v_d_major = spec.v_layout == attention_fwd::VLayout::kDMajor;
     AttentionProblem p(shape, 21);
     p.run(runtime(), attention_fwd::load_kernel(runtime(), spec).get());
     const CheckResult r = p.check();
@@ -58,6 +59,9 @@ TEST_CASE("sanitizer set: every attention mainloop variant once, on odd sizes", 
        1023},
       {R"({"dtype":"e4m3","head_dim":256,"quant":"per_block","tile":{"block_m":128,"block_n":96},"pingpong":false})",
        113, 799},
+      // V given transposed: TMA boxes of 32 keys with 32-byte swizzle into the K-major V stage, the O tail past Q.
+      {R"({"dtype":"e4m3","head_dim":128,"causal":true,"v_layout":"d_major"})", 239, 1023},
+      {R"({"dtype":"e4m3","head_dim":256,"quant":"per_block","v_layout":"d_major"})", 113, 799},
   };
   run_sanitize_cases(cases);
 }

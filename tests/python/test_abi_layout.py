@@ -35,6 +35,8 @@ CONSTANTS = {
     "FA3JIT_QUANT_NONE": _capi.QUANT_NONE,
     "FA3JIT_QUANT_PER_HEAD": _capi.QUANT_PER_HEAD,
     "FA3JIT_QUANT_PER_BLOCK": _capi.QUANT_PER_BLOCK,
+    "FA3JIT_V_LAYOUT_SEQ_MAJOR": _capi.V_LAYOUT_SEQ_MAJOR,
+    "FA3JIT_V_LAYOUT_D_MAJOR": _capi.V_LAYOUT_D_MAJOR,
 }
 
 # Distinct values for every field that PARAMS_CALL_STRUCT packs, in its order (a field packed at the wrong
@@ -179,8 +181,8 @@ def test_size_before_the_e4m3_fields_is_where_out_dtype_starts(tmp_path):
 @needs_cc
 def test_size_before_the_serving_fields_is_where_cu_seqlens_q_starts(tmp_path):
     """A caller of the header before the serving fields passes this struct_size (fa3jit.h, "Growth"), one before
-    the variant fields the next; the header quotes 232, 312 and 400 bytes on LP64, and the sinks pointer ends the
-    struct without padding."""
+    the variant fields the next, one before v_layout the last; the header quotes 232, 312, 400 and 432 bytes on
+    LP64."""
     layout = _c_layout(tmp_path)
     assert _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING == layout["fa3jit_forward_params.cu_seqlens_q"]
     assert _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING == layout["fa3jit_forward_params.v_descale"] + 24
@@ -189,8 +191,12 @@ def test_size_before_the_serving_fields_is_where_cu_seqlens_q_starts(tmp_path):
     if ctypes.sizeof(ctypes.c_void_p) == 8:
         assert (_capi.FORWARD_PARAMS_SIZE_BEFORE_E4M3, _capi.FORWARD_PARAMS_SIZE_BEFORE_SERVING,
                 _capi.FORWARD_PARAMS_SIZE_BEFORE_VARIANT) == (232, 312, 400)
-    assert layout["fa3jit_forward_params.sizeof"] == layout["fa3jit_forward_params.sinks"] + ctypes.sizeof(
+    # v_layout, appended after sinks, is the last field (an older caller's struct_size ends at it: 432 on LP64).
+    assert _capi.FORWARD_PARAMS_SIZE_BEFORE_V_LAYOUT == layout["fa3jit_forward_params.v_layout"]
+    assert layout["fa3jit_forward_params.v_layout"] == layout["fa3jit_forward_params.sinks"] + ctypes.sizeof(
         ctypes.c_void_p)
+    if ctypes.sizeof(ctypes.c_void_p) == 8:
+        assert _capi.FORWARD_PARAMS_SIZE_BEFORE_V_LAYOUT == 432
 
 
 def _field(params, field):
@@ -236,5 +242,5 @@ def test_packed_serving_params_equal_the_ctypes_struct():
         expected = None if value == 0 and (field.endswith(".data") or field in INDEX_POINTERS) else value
         assert _field(params, field) == expected, field
     assert params.struct_size == ctypes.sizeof(_capi.ForwardParams)
-    assert _capi.PARAMS_CALL_OFFSET + _capi.PARAMS_SERVING_CALL_STRUCT.size == ctypes.sizeof(_capi.ForwardParams)
+    assert _capi.PARAMS_CALL_OFFSET + _capi.PARAMS_SERVING_CALL_STRUCT.size == _capi.ForwardParams.v_layout.offset
     assert _capi.WORKSPACE_OFFSET == _capi.ForwardParams.workspace.offset

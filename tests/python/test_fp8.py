@@ -377,3 +377,50 @@ def test_a_pinned_per_block_kernel_uses_its_own_blocks():
         with pytest.raises(ValueError, match="k_descale"):
             fa3jit.flash_attn_func(q8, k8, v8, kernel=kernel, q_descale=qd,
                                    k_descale=torch.full((1, 2, -(-1023 // 160)), d, device="cuda"), v_descale=vd)
+
+
+# ---- v_layout d_major: V given transposed ------------------------------------------------------------------
+
+def test_v_to_d_major_puts_each_key_at_its_position():
+    """Every element lands where the layout says (fa3jit_fp8_key_positions), zeros past seqlen_k; CPU tensors."""
+    positions = _capi.fp8_key_positions()
+    assert sorted(positions) == list(range(16))
+    batch, seqlen_k, heads, dv = 2, 37, 3, 32
+    # Distinct e4m3 bit patterns per (s, d): the test reads the bytes back.
+    codes = (torch.arange(batch * seqlen_k * heads * dv) % 120 + 1).to(torch.uint8)
+    v = codes.view(batch, seqlen_k, heads, dv).view(E4M3)
+    t = fa3jit.v_to_d_major(v).view(torch.uint8)
+    assert t.shape == (batch, heads, dv, 48) and t.is_contiguous() and t.dtype == torch.uint8
+    src = v.view(torch.uint8)
+    for s in range(seqlen_k):
+        torch.testing.assert_close(t[:, :, :, s // 16 * 16 + positions[s % 16]], src[:, s],
+                                   rtol=0, atol=0)
+    filled = {s // 16 * 16 + positions[s % 16] for s in range(seqlen_k)}
+    for p in set(range(48)) - filled:
+        assert int(t[:, :, :, p].to(torch.int32).sum()) == 0
+
+
+@needs_gpu
+@pytest.mark.parametrize("head_dim, causal, quant, seqlen_q, seqlen_k", [
+    (128, False, "per_head", 239, 1023), (128, True, "per_block", 1023, 1023), (64, True, "per_head", 113, 799),
+    (256, False, "per_block", 799, 113), (256, True, "per_head", 1, 4224)])
+def test_a_d_major_kernel_gives_the_transposing_kernels_output_bit_for_bit(head_dim, causal, quant, seqlen_q,
+                                                                            seqlen_k):
+    """The same tile with V transposed in the kernel or given transposed (fa3jit.v_to_d_major) computes the same
+    sums in the same order: out and lse identical, and within FA3's fp8 rule of the reference."""
+    block_m, block_n = fa3jit.fp8_quant_blocks(head_dim, causal=causal)
+    spec = {"dtype": "e4m3", "head_dim": head_dim, "causal": causal, "quant": quant,
+            "tile": {"block_m": block_m, "block_n": block_n}}
+    q8, k8, v8, descales, (q, k, v) = _quantize_case(2, seqlen_q, seqlen_k, 8, 2, head_dim, quant, causal, seed=11)
+    with fa3jit.Kernel(spec) as plain, fa3jit.Kernel({**spec, "v_layout": "d_major"}) as d_major:
+        out, lse = fa3jit.flash_attn_func(q8, k8, v8, causal=causal, return_lse=True, kernel=plain, **descales)
+        v_t = fa3jit.v_to_d_major(v8)
+        assert v_t.shape == (2, 2, head_dim, (seqlen_k + 15) // 16 * 16)
+        out_t, lse_t = fa3jit.flash_attn_func(q8, k8, v_t, causal=causal, return_lse=True, kernel=d_major,
+                                              **descales)
+        torch.testing.assert_close(out_t, out, rtol=0, atol=0)
+        torch.testing.assert_close(lse_t, lse, rtol=0, atol=0)
+        check_fp8_against_reference(out_t, lse_t, q, k, v, causal, block_n=block_n)
+        # A seq-major v given to the d_major kernel is refused by shape, naming the layout.
+        with pytest.raises(ValueError, match="d_major"):
+            fa3jit.flash_attn_func(q8, k8, v8, causal=causal, kernel=d_major, **descales)

@@ -547,3 +547,43 @@ def test_gpu_argument_errors():
         fa3jit.quantize_fp8(q[:, :0], k, v)
     out = fa3jit.flash_attn_fp8_func(q, k[:, :0], v[:, :0])  # seqlen_k 0: out = 0, as flash_attn_func
     assert out.shape == q.shape and (out == 0).all()
+
+
+@needs_gpu
+@pytest.mark.parametrize("head_dim, seqlen_k", [(64, 113), (128, 1023), (256, 799), (128, 1)])
+def test_quantize_fp8_d_major_v_is_the_transposed_seq_major_v(head_dim, seqlen_k):
+    """v_layout "d_major" writes v8 as fa3jit.v_to_d_major lays out the seq_major v8 (zeros past seqlen_k included),
+    and changes nothing else."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(head_dim + seqlen_k)
+    q = _outlier_data(torch, (2, 239, 4, head_dim), torch.bfloat16, g)
+    k = _outlier_data(torch, (2, seqlen_k, 2, head_dim), torch.bfloat16, g)
+    v = _outlier_data(torch, (2, seqlen_k, 2, head_dim), torch.bfloat16, g)
+    seq = fa3jit.quantize_fp8(q, k, v, seed=3)
+    d_major = fa3jit.quantize_fp8(q, k, v, seed=3, v_layout="d_major")
+    assert d_major[2].shape == (2, 2, head_dim, (seqlen_k + 15) // 16 * 16)
+    assert torch.equal(d_major[2].view(torch.uint8), fa3jit.v_to_d_major(seq[2]).view(torch.uint8))
+    for i in (0, 1):
+        assert torch.equal(d_major[i].view(torch.uint8), seq[i].view(torch.uint8))
+    for i in (3, 4, 5):
+        assert torch.equal(d_major[i], seq[i])
+    with pytest.raises(ValueError, match="v_layout"):
+        fa3jit.quantize_fp8(q, k, v, v_layout="transposed")
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_flash_attn_fp8_func_with_either_v_layout(causal, head_dim):
+    """The default (V written transposed by the pre-pass, the d_major kernel) and seq_major (the kernel transposes
+    V) both meet the RMSE bound; their tiles may differ, so their outputs need not be identical."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(head_dim)
+    q = _outlier_data(torch, (2, 1023, 8, head_dim), torch.bfloat16, g)
+    k = _outlier_data(torch, (2, 1023, 2, head_dim), torch.bfloat16, g)
+    v = _outlier_data(torch, (2, 1023, 2, head_dim), torch.bfloat16, g)
+    ref, _ = _attention64(torch, q, k, v, causal, 1.0 / math.sqrt(head_dim))
+    for layout in ("d_major", "seq_major"):
+        out = fa3jit.flash_attn_fp8_func(q, k, v, causal=causal, v_layout=layout)
+        rmse = (out.double() - ref).pow(2).mean().sqrt().item()
+        assert rmse < 2e-2, f"{layout}: RMSE {rmse}"

@@ -158,7 +158,7 @@ bool same_shape(const testing::ProblemShape& a, const testing::ProblemShape& b) 
   return a.dtype == b.dtype && a.batch == b.batch && a.seqlen_q == b.seqlen_q && a.seqlen_k == b.seqlen_k &&
          a.num_heads == b.num_heads && a.num_heads_kv == b.num_heads_kv && a.head_dim == b.head_dim &&
          a.head_dim_v == b.head_dim_v && a.causal == b.causal && a.out_dtype == b.out_dtype && a.quant == b.quant &&
-         a.quant_block_m == b.quant_block_m && a.quant_block_n == b.quant_block_n;
+         a.quant_block_m == b.quant_block_m && a.quant_block_n == b.quant_block_n && a.v_d_major == b.v_d_major;
 }
 
 // Times the compiled candidates, one worker thread per device, each with its own context and problem buffers.

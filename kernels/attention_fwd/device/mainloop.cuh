@@ -16,7 +16,8 @@
 // e4m3 (FA3 paper §3.3): both GEMMs step over 32 keys/channels (k32) and take K-major operands only. Q and K are
 // K-major already; the producer warpgroup transposes each V stage (device/transpose_v.cuh) into head_dim_v rows
 // of keys, K-major, in column blocks of 128 keys (a k32 step adds 32 bytes; the next column block starts
-// head_dim_v * 128 bytes further). P is packed from the S accumulator without moving data between lanes: per 32
+// head_dim_v * 128 bytes further). With v_layout d_major V comes transposed and TMA writes it as one 32-byte
+// swizzled box of head_dim_v rows x 32 keys per k32 step (load_v_d_major), which P.V reads with SBO = 256. P is packed from the S accumulator without moving data between lanes: per 32
 // columns, a0..a3 = e4m3(s[16j+0,1,4,5]), (s[16j+2,3,6,7]), (s[16j+8,9,12,13]), (s[16j+10,11,14,15]), which
 // relabels the keys inside every 16; the V transpose stores V's keys in the same order.
 // Scales: softmax_step takes the block's scale in log2 units, c = softmax_scale * log2(e) [* q descale * k
@@ -59,6 +60,7 @@ struct Mainloop {
   static constexpr int kPvSteps = Cfg::kBlockN * Cfg::kElemBytes / 32;   // k-steps of O += P.V
   static constexpr int kPRegs = Cfg::kBlockN * Cfg::kElemBytes / 8;      // 32-bit registers of P per thread
   static constexpr int kRowBytes = kSwizzleRowBytes;                      // one swizzled row of a column block
+  static constexpr int kVRows = transposed_v_rows(Cfg::kHeadDimV);        // e4m3: rows (channels) of a V stage
   static constexpr int kPvChunks = Cfg::kHeadDimV / Cfg::kPvChunkN;     // P.V passes (two-level accumulation)
   // The fresh accumulator of two-level accumulation (one register when unused: arrays have no size 0).
   static constexpr int kAccRegs = Cfg::kTwoLevelAccum ? Cfg::kPvChunkN / 2 : 1;
@@ -75,11 +77,11 @@ struct Mainloop {
 #pragma unroll
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbarrier_init(sm.k_full(s), kLoadArrivals);
-      // e4m3: a V stage is full once every thread of the producer warpgroup has transposed its part.
-      mbarrier_init(sm.v_full(s), kFp8 ? TransposeV<Cfg>::kThreads : kLoadArrivals);
+      // e4m3 seq_major: a V stage is full once every thread of the producer warpgroup has transposed its part.
+      mbarrier_init(sm.v_full(s), Smem::kTransposeV ? TransposeV<Cfg>::kThreads : kLoadArrivals);
       mbarrier_init(sm.k_empty(s), kEmptyArrivals);
       mbarrier_init(sm.v_empty(s), kEmptyArrivals);
-      if constexpr (kFp8) {
+      if constexpr (Smem::kTransposeV) {
         mbarrier_init(sm.v_load_full(s), kLoadArrivals);
         mbarrier_init(sm.v_load_empty(s), TransposeV<Cfg>::kThreads);
       }
@@ -335,12 +337,30 @@ struct Mainloop {
     }
   };
 
+  /// v_layout d_major: V block n_block, given transposed (launch.h: ForwardArgs::v), straight into the K-major V
+  /// stage: box g of {32 keys, kVRows channels} (32-byte swizzle; params.h kVStageDMajor) holds the keys of P.V's
+  /// k-step g, in the order convert_p packs them (the layout's order). Channels past head_dim_v and keys past the
+  /// tensor's padded seqlen_k are TMA's zero fill. Lane 0 of the producer warp issues them.
+  static __device__ __forceinline__ void load_v_d_major(uint32_t dst, uint32_t bar, int n_block, const TileWork& w,
+                                                        const Params& p) {
+#pragma unroll
+    for (int g = 0; g < Cfg::kBlockN / kDMajorBoxKeys; ++g)
+      tma_load_4d(dst + g * kVRows * kDMajorBoxKeys, &p.tm_v, bar,
+                  w.seq.k_row0 + n_block * Cfg::kBlockN + g * kDMajorBoxKeys, 0, w.tile.kv_head, w.seq.k_batch);
+  }
+
   /// K or V block n_block into a stage by the producer warp: TMA boxes (after lane 0 armed `bar` with the bytes)
   /// or, with paged_gather, cp.async rows signalled through `signal`.
   template <int kCols>
   static __device__ __forceinline__ void load_block(uint32_t dst, bool is_k, uint32_t bar, int n_block,
                                                     const TileWork& w, const Params& p, int lane,
                                                     const BlockPages& pages, GatherSignal& signal) {
+    if constexpr (Smem::kVDMajor) {
+      if (!is_k) {
+        if (lane == 0) load_v_d_major(dst, bar, n_block, w, p);
+        return;
+      }
+    }
     if constexpr (Cfg::kPagedGather) {
       if (is_k) {
         gather_kv_block<kCols>(dst, p.k_data, p.k_stride_page, p.k_stride_row, w.tile.kv_head * p.k_stride_head,
@@ -460,9 +480,14 @@ struct Mainloop {
 #pragma unroll
     for (int g = 0; g < kPvSteps; ++g) {
       uint64_t desc_v;
-      if constexpr (kFp8) {
+      if constexpr (Smem::kVDMajor) {
+        // V stage: one 32-byte swizzled box of kVRows rows x 32 keys per k-step; this chunk's rows start
+        // chunk * kPvChunkN in (a multiple of 8 rows: on a 256-byte atom).
+        desc_v = make_smem_desc_sw32(v_tile + g * kVRows * kDMajorBoxKeys + chunk * Cfg::kPvChunkN * kDMajorBoxKeys, 16,
+                                     8 * kDMajorBoxKeys);
+      } else if constexpr (kFp8) {
         // V stage: head_dim_v rows of 128 keys per column block; rows of this chunk start chunk * kPvChunkN in.
-        desc_v = make_smem_desc_sw128(v_tile + (g / 4) * TransposeV<Cfg>::kRows * kRowBytes + (g % 4) * 32 +
+        desc_v = make_smem_desc_sw128(v_tile + (g / 4) * kVRows * kRowBytes + (g % 4) * 32 +
                                           chunk * Cfg::kPvChunkN * kRowBytes,
                                       16, 1024);
       } else {

@@ -3,9 +3,10 @@
 // R rows x 128 bytes, each 128B-swizzled (hopper/swizzle.cuh): exactly what one TMA box of {128 bytes, R} per
 // column block writes.
 //   Q        : block_m x head_dim            (with the V load stages: the O staging tile of the epilogue)
-//   Vload[s] : e4m3 only: block_n x head_dim_v as TMA loads V, per stage (device/transpose_v.cuh)
+//   Vload[s] : e4m3 seq_major only: block_n x head_dim_v as TMA loads V, per stage (device/transpose_v.cuh)
+//   O tail   : e4m3 d_major only: the part of the epilogue's O staging tile past Q
 //   K[s]     : block_n x head_dim, per stage
-//   V[s]     : block_n x head_dim_v, per stage; e4m3: head_dim_v x block_n (transposed, K-major)
+//   V[s]     : block_n x head_dim_v, per stage; e4m3: head_dim_v x block_n (transposed, K-major; params.h VStage)
 //   barriers : q_full, k_full[s], k_empty[s], v_full[s], v_empty[s] (+ v_load_full[s], v_load_empty[s])
 #pragma once
 
@@ -17,9 +18,12 @@ namespace fa3jit::attention_fwd {
 template <class Cfg>
 struct SmemLayout {
   // The one plan the host also requests (params.h: smem_plan), from this kernel's own element size.
-  static constexpr bool kTransposeV = Cfg::kElemBytes == 1;  // e4m3 wgmma reads K-major B only
+  // e4m3 wgmma reads K-major B only: the producer transposes V, unless it is given transposed (v_layout d_major).
+  static constexpr bool kTransposeV = Cfg::kVStage == kVStageTransposed;
+  static constexpr bool kVDMajor = Cfg::kVStage == kVStageDMajor;
+  static_assert((Cfg::kElemBytes == 1) == (Cfg::kVStage != kVStageMnMajor), "a K-major V stage for e4m3 only");
   static constexpr SmemPlan kPlan = smem_plan(Cfg::kBlockM, Cfg::kBlockN, Cfg::kHeadDim, Cfg::kHeadDimV, Cfg::kStages,
-                                              Cfg::kElemBytes, Cfg::kOutElemBytes, kTransposeV);
+                                              Cfg::kElemBytes, Cfg::kOutElemBytes, Cfg::kVStage);
   static constexpr int kQBytes = kPlan.q_bytes;
   static constexpr int kKStageBytes = kPlan.k_stage_bytes;
   static constexpr int kVStageBytes = kPlan.v_stage_bytes;
@@ -44,7 +48,7 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t v_load(int stage) const {
     return base + kPlan.v_load_offset + stage * kVLoadStageBytes;
   }
-  /// The epilogue's output tile: from the start of Q over Q and the V load stages.
+  /// The epilogue's output tile: from the start of Q over Q, the V load stages and the O tail.
   __device__ __forceinline__ uint32_t o() const { return base + kQOffset; }
   __device__ __forceinline__ uint32_t q_full() const { return base + kBarrierOffset; }
   __device__ __forceinline__ uint32_t k_full(int stage) const { return base + kBarrierOffset + 8 * (1 + stage); }

@@ -30,6 +30,7 @@
 #include "kernels/quantize_fp8/device/hadamard.cuh"
 #include "kernels/quantize_fp8/device/layout.cuh"
 #include "kernels/quantize_fp8/device/rope.cuh"
+#include "kernels/attention_fwd/device/fp8_v_layout.h"
 #include "kernels/quantize_fp8/params.h"
 
 namespace fa3jit::quantize_fp8 {
@@ -253,9 +254,39 @@ __device__ __forceinline__ void v_channel_amax(const Params& p, float (*s_vmax)[
   }
 }
 
-/// kPassVQuant: the CTAs of kPassVAmax in reverse order.
+/// kPassVQuant with v_layout d_major: writes the CTA's chunk of kVRowsPerCta keys (keys start .. start + 16 n, the
+/// chunk's part of d_major_keys(seqlen_k)) of one (batch, kv head) transposed: v8 row c (channel c) holds the keys
+/// contiguously, key 16 g + j at 16 g + fp8_key_position(j) (kernels/attention_fwd/device/fp8_v_layout.h), zeros past
+/// seqlen_k; v8_stride_seq is the stride between channels. `chunk` holds the quantised chunk key-major (key r at
+/// r * kHeadDimV, as the threads produced it); lane i of a step takes channel i % kHeadDimV (consecutive lanes read
+/// consecutive bytes: no bank conflict), assembles 32 keys in eight registers and stores them as 32 contiguous bytes
+/// (one sector).
 template <class Cfg>
-__device__ __forceinline__ void v_quantize(const Params& p) {
+__device__ __forceinline__ void write_v_d_major(const Params& p, const uint8_t* chunk, char* out, int start) {
+  const int keys = static_cast<int>(attention_fwd::d_major_keys(p.seqlen_k)) - start;
+  const int groups16 = min(Cfg::kVRowsPerCta, keys) / 16;
+  const int items = Cfg::kHeadDimV * ((groups16 + 1) / 2);
+  for (int i = static_cast<int>(threadIdx.x); i < items; i += Cfg::kNumThreads) {
+    const int c = i % Cfg::kHeadDimV, pair = i / Cfg::kHeadDimV;
+    const uint8_t* src = chunk + 32 * pair * Cfg::kHeadDimV + c;
+    uint32_t w[8];
+#pragma unroll
+    for (int x = 0; x < 8; ++x) w[x] = 0u;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+      const int pos = k / 16 * 16 + attention_fwd::fp8_key_position(k % 16);
+      w[pos / 4] |= static_cast<uint32_t>(src[k * Cfg::kHeadDimV]) << (8 * (pos % 4));
+    }
+    char* dst = out + static_cast<long long>(c) * p.v8_stride_seq + start + 32 * pair;
+    store_16(dst, w[0], w[1], w[2], w[3]);
+    if (2 * pair + 1 < groups16) store_16(dst + 16, w[4], w[5], w[6], w[7]);
+  }
+}
+
+/// kPassVQuant: the CTAs of kPassVAmax in reverse order. With v_layout d_major the quantised chunk goes through
+/// shared memory (`staging`, kVRowsPerCta x kHeadDimV bytes) to be written transposed (write_v_d_major).
+template <class Cfg>
+__device__ __forceinline__ void v_quantize(const Params& p, uint8_t* staging) {
   constexpr int kVLanes = Cfg::kHeadDimV / 8;
   constexpr int kRowsPerWarp = 32 / kVLanes;
   constexpr int kStep = Cfg::kWarps * kRowsPerWarp;
@@ -268,7 +299,8 @@ __device__ __forceinline__ void v_quantize(const Params& p) {
   const int channel_group = lane % kVLanes;
   const int row0 = chunk * Cfg::kVRowsPerCta + warp * kRowsPerWarp + lane / kVLanes;
   const char* base = static_cast<const char*>(p.v) + 2 * (b * p.v_stride_batch + h * p.v_stride_head) + 16 * channel_group;
-  char* out = static_cast<char*>(p.v8) + (b * p.v8_stride_batch + h * p.v8_stride_head) + 8 * channel_group;
+  char* out = static_cast<char*>(p.v8) + (b * p.v8_stride_batch + h * p.v8_stride_head) +
+              (Cfg::kVDMajor ? 0 : 8 * channel_group);
 
   uint32_t raw[Cfg::kVSteps][4];
 #pragma unroll
@@ -292,13 +324,24 @@ __device__ __forceinline__ void v_quantize(const Params& p) {
 #pragma unroll
   for (int s = 0; s < Cfg::kVSteps; ++s) {
     const int row = row0 + s * kStep;
-    if (row >= p.seqlen_k) continue;
+    if (!Cfg::kVDMajor && row >= p.seqlen_k) continue;
     float x[8];
-    unpack_chunk<Cfg::kIsBf16>(raw[s], x);
+    unpack_chunk<Cfg::kIsBf16>(raw[s], x);  // zeros past seqlen_k (the loads above)
 #pragma unroll
     for (int j = 0; j < 8; ++j) x[j] *= scale[j];
-    store_8(out + static_cast<long long>(row) * p.v8_stride_seq, pack_e4m3x4(x[0], x[1], x[2], x[3]),
-            pack_e4m3x4(x[4], x[5], x[6], x[7]));
+    const uint32_t lo = pack_e4m3x4(x[0], x[1], x[2], x[3]), hi = pack_e4m3x4(x[4], x[5], x[6], x[7]);
+    if constexpr (Cfg::kVDMajor) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(staging + (row - chunk * Cfg::kVRowsPerCta) * Cfg::kHeadDimV +
+                                                  8 * channel_group);
+      dst[0] = lo;
+      dst[1] = hi;
+    } else {
+      store_8(out + static_cast<long long>(row) * p.v8_stride_seq, lo, hi);
+    }
+  }
+  if constexpr (Cfg::kVDMajor) {
+    __syncthreads();
+    write_v_d_major<Cfg>(p, staging, out, chunk * Cfg::kVRowsPerCta);
   }
 }
 
@@ -310,7 +353,12 @@ __device__ __forceinline__ void quantize_fp8_pass(const Params& p) {
   static_assert(Cfg::kHeadDim % 64 == 0 && Cfg::kHeadDimV % 64 == 0, "head dims 64, 128, 256");
   __shared__ float s_amax[Cfg::kClusterSize * Cfg::kWarps];
   __shared__ uint32_t s_signs[8];
-  __shared__ float s_vmax[Cfg::kWarps][Cfg::kHeadDimV];
+  // The V passes share one buffer (geometry.cpp: smem_bytes): kPassVAmax's channel table, kPassVQuant's d_major chunk.
+  constexpr int kVTableBytes = 4 * Cfg::kWarps * Cfg::kHeadDimV;
+  constexpr int kVChunkBytes = Cfg::kVDMajor ? Cfg::kVRowsPerCta * Cfg::kHeadDimV : 0;
+  // Floats (4-byte aligned, as the chunk's 32-bit stores need): no alignment padding beside the other arrays.
+  __shared__ float s_vbuf[(kVTableBytes > kVChunkBytes ? kVTableBytes : kVChunkBytes) / 4];
+  auto s_vmax = reinterpret_cast<float (*)[Cfg::kHeadDimV]>(s_vbuf);
   if (p.pass == kPassQk) {
     // Zero the V accumulator: the next launches merge into it (grid-stride; any CTA may take any part).
     for (long long i = static_cast<long long>(blockIdx.x) * Cfg::kNumThreads + threadIdx.x; i < p.v_descale_count;
@@ -325,7 +373,7 @@ __device__ __forceinline__ void quantize_fp8_pass(const Params& p) {
   } else if (p.pass == kPassVAmax) {
     v_channel_amax<Cfg>(p, s_vmax);
   } else {
-    v_quantize<Cfg>(p);
+    v_quantize<Cfg>(p, reinterpret_cast<uint8_t*>(s_vbuf));
   }
 }
 

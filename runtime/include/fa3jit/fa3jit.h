@@ -126,6 +126,14 @@ typedef enum fa3jit_quant {
  * strides are in ELEMENTS (not bytes), may be anything (e.g. views into a fused qkv buffer) but must be
  * multiples of 16 bytes, and the base pointer must be 16-byte aligned: the kernel loads through TMA
  * (PTX ISA "Tensor copy", cuTensorMapEncodeTiled). */
+/* How v is laid out (spec field "v_layout", kernels/attention_fwd/spec.h). Stored in an int32_t field. */
+typedef enum fa3jit_v_layout {
+  FA3JIT_V_LAYOUT_SEQ_MAJOR = 0, /* (batch, seqlen_k, num_heads_kv, head_dim_v), FlashAttention's layout */
+  FA3JIT_V_LAYOUT_D_MAJOR = 1    /* E4M3 only: V transposed, (batch, num_heads_kv, head_dim_v, seqlen_k rounded up to
+                                  * 16), keys contiguous, in fa3jit_fp8_key_positions' order inside every 16; the
+                                  * tensor's stride_seq is the stride between channels (fa3jit_forward_params.v) */
+} fa3jit_v_layout;
+
 typedef struct fa3jit_tensor {
   void* data;
   int64_t stride_batch;
@@ -194,7 +202,8 @@ typedef struct fa3jit_scale {
  *   offsetof(fa3jit_forward_params, cu_seqlens_q) (312 bytes on LP64): the serving fields are read as off:
  *     NULL index tensors, num_splits 1 and pack_gqa 0, so the call runs exactly as it did before them;
  *   offsetof(fa3jit_forward_params, window_left) (400 bytes on LP64): the variant fields are read as off: no
- *     window, softcap 0, no sinks.
+ *     window, softcap 0, no sinks;
+ *   offsetof(fa3jit_forward_params, v_layout) (432 bytes on LP64): v_layout is read as SEQ_MAJOR.
  * Any other struct_size below sizeof(fa3jit_forward_params) is INVALID_ARGUMENT. The other way round, a library
  * from before a group of fields refuses a struct of this header whose bytes past its own struct are not zero
  * (out_dtype's and num_splits' defaults are not zero bytes, see the struct_size rule above); a caller that must
@@ -270,6 +279,12 @@ typedef struct fa3jit_forward_params {
   /* (num_heads) float32 device tensor or NULL: one logit per query head (attention sinks) that joins every
    * row's softmax normaliser as a key of value 0; lse includes it. */
   const float* sinks;
+  /* ---- appended for a transposed V; fa3jit_forward_params_init sets SEQ_MAJOR ---- */
+  /* An fa3jit_v_layout. D_MAJOR (E4M3, dense k/v only) skips the kernel's V transpose: v is (batch, num_heads_kv,
+   * head_dim_v, seqlen_k_pad) with seqlen_k_pad = seqlen_k rounded up to 16, v.stride_seq the stride between channels
+   * (>= seqlen_k_pad), and the keys of every aligned group of 16 in the order of fa3jit_fp8_key_positions; the
+   * positions of keys past seqlen_k hold finite values (fa3jit_quantize_fp8 writes zeros there). */
+  int32_t v_layout;
 } fa3jit_forward_params;
 
 /* Zero-fills *params, sets struct_size, out_dtype = FA3JIT_DTYPE_DEFAULT (quant NONE, descales NULL), the
@@ -339,11 +354,17 @@ FA3JIT_API fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime
 
 /* The row blocks of PER_BLOCK descales (fa3jit_scale): *block_m query rows per q_descale entry, *block_n key rows
  * per k_descale entry, for the E4M3 kernel that a call runs: `kernel`'s spec when given (head_dim and causal are
- * then ignored), else the tile table's E4M3 kernel for (head_dim, causal). A call with causal = 1 and
+ * then ignored), else the tile table's E4M3 kernel for (head_dim, causal) with v SEQ_MAJOR (a D_MAJOR call runs
+ * a tile of its own: ask with its kernel). A call with causal = 1 and
  * seqlen_q = 1 runs the non-causal kernel (no key is hidden from a single bottom-right aligned row): ask with
  * causal = 0 for it. Needs no GPU and no runtime.
  * Errors: INVALID_ARGUMENT (block_m or block_n NULL, causal not 0 or 1, a stale kernel handle or one of another
  *   family, a head_dim that E4M3 does not support: the message lists the supported ones). */
+/* The order of a D_MAJOR v (fa3jit_v_layout): positions[j] is where key j (0..15) of every aligned group of 16 keys is
+ * stored, the order in which the E4M3 kernel packs its probabilities for the tensor cores
+ * (kernels/attention_fwd/params.h: fp8_key_position). Errors: INVALID_ARGUMENT (positions NULL). */
+FA3JIT_API fa3jit_status fa3jit_fp8_key_positions(int32_t positions[16]);
+
 FA3JIT_API fa3jit_status fa3jit_attention_quant_blocks(const fa3jit_kernel* kernel, int64_t head_dim, int32_t causal,
                                                        int32_t* block_m, int32_t* block_n);
 
@@ -373,8 +394,9 @@ typedef enum fa3jit_rope {
  *   k          dtype (batch, seqlen_k, num_heads_kv, head_dim)
  *   v          dtype (batch, seqlen_k, num_heads_kv, head_dim_v)
  *              inputs: base 16-byte aligned, strides multiples of 16 bytes; they may overlap (a packed qkv)
- *   q8, k8, v8 e4m3 with the shapes of q, k, v; base 16-byte aligned, strides multiples of 16 bytes (a
- *              contiguous tensor qualifies); each overlaps neither itself nor any other tensor
+ *   q8, k8, v8 e4m3 with the shapes of q, k, v (v8 transposed with v_layout D_MAJOR, below); base 16-byte
+ *              aligned, strides multiples of 16 bytes (a contiguous tensor qualifies); each overlaps neither itself
+ *              nor any other tensor
  *   q_descale  float (batch, num_heads,    ceil(seqlen_q / q_block_rows)), contiguous: one per q_block_rows tokens
  *   k_descale  float (batch, num_heads_kv, ceil(seqlen_k / k_block_rows)), contiguous: one per k_block_rows tokens
  *   v_descale  float (batch, num_heads_kv, head_dim_v), contiguous: one per V channel over all seqlen_k tokens
@@ -405,6 +427,12 @@ typedef struct fa3jit_quantize_params {
   const float* rope_sin;
   int64_t rope_max_seqlen;  /* rows of rope_cos and rope_sin */
   uint64_t seed;            /* of the Hadamard sign diagonal D; any value */
+  /* ---- appended for a transposed V; fa3jit_quantize_params_init sets SEQ_MAJOR ---- */
+  /* An fa3jit_v_layout. D_MAJOR: v8 is written transposed for an attention kernel whose v_layout is D_MAJOR:
+   * (batch, num_heads_kv, head_dim_v, seqlen_k rounded up to 16), v8.stride_seq the stride between channels, keys in
+   * fa3jit_fp8_key_positions' order, zeros past seqlen_k. A caller with the older struct (struct_size =
+   * offsetof(fa3jit_quantize_params, v_layout)) gets SEQ_MAJOR. */
+  int32_t v_layout;
 } fa3jit_quantize_params;
 
 /* Zero-fills *params, sets struct_size and hadamard = 1 (rope NONE, rotary_dim head_dim). q_block_rows and

@@ -178,7 +178,7 @@ TEST_CASE("the host's shared-memory plan is the one the kernel checks", "[genera
     const KernelConfig cfg = make_kernel_config(parse_spec(std::string(json)));
     const bool fp8 = cfg.spec.dtype == DType::kE4m3;
     const SmemPlan p = smem_plan(cfg.spec.block_m, cfg.spec.block_n, cfg.spec.head_dim, cfg.spec.head_dim_v,
-                                 cfg.spec.stages, fp8 ? 1 : 2, 2, fp8);
+                                 cfg.spec.stages, fp8 ? 1 : 2, 2, cfg.v_stage);
     CHECK(cfg.smem_bytes == p.launch_bytes);
     CHECK(p.launch_bytes ==
           p.q_bytes + cfg.spec.stages * (p.k_stage_bytes + p.v_stage_bytes + p.v_load_stage_bytes) + 1024 + 256);

@@ -74,6 +74,7 @@ TEST_CASE("e4m3 kernels run QGMMA E4M3 for both GEMMs, 16-bit kernels HGMMA", "[
   for (const char* json : {R"({"dtype":"e4m3","head_dim":128})", R"({"dtype":"e4m3","head_dim":256,"causal":true})",
                            R"({"dtype":"e4m3","head_dim":128,"quant":"per_block","out_dtype":"fp16"})",
                            R"({"dtype":"e4m3","head_dim":64})",
+                           R"({"dtype":"e4m3","head_dim":128,"v_layout":"d_major"})",
                            R"({"dtype":"bf16","head_dim":128})"}) {
     INFO(json);
     const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(std::string(json)));
@@ -90,5 +91,26 @@ TEST_CASE("e4m3 kernels run QGMMA E4M3 for both GEMMs, 16-bit kernels HGMMA", "[
     CHECK(forms.count(pv) == 1);
     // No tensor-core instruction of another kind: an e4m3 kernel has no HGMMA at all.
     for (const auto& [form, count] : forms) CHECK(form.rfind(fp8 ? "QGMMA" : "HGMMA", 0) == 0);
+  }
+}
+
+TEST_CASE("an e4m3 kernel with V given transposed (d_major) has no V transpose", "[compile][fp8][sass]") {
+  // The in-kernel transpose is ldmatrix.trans + stmatrix in the producer (device/transpose_v.cuh); a d_major kernel
+  // loads V by TMA straight into the K-major operand, so neither instruction may appear, and its producer takes
+  // FA3's 24 registers (one warp issuing TMA) instead of the transpose's 40.
+  const std::string tool = find_cuobjdump();
+  REQUIRE_FALSE(tool.empty());
+  for (const bool d_major : {false, true}) {
+    const std::string json = fmt::format(R"({{"dtype":"e4m3","head_dim":128,"v_layout":"{}"}})",
+                                         d_major ? "d_major" : "seq_major");
+    INFO(json);
+    const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(json));
+    const std::string sass = disassemble(compile_kernel(af::emit_kernel(cfg)).cubin, tool);
+    const bool transposes = sass.find("LDSM.16.MT88") != std::string::npos && sass.find("STSM") != std::string::npos;
+    CHECK(transposes == !d_major);
+    CHECK(cfg.v_stage == (d_major ? af::kVStageDMajor : af::kVStageTransposed));
+    if (d_major) CHECK(cfg.producer_registers == 24);
+    // The d_major V arrives in boxes of 32 keys: block_n / 32 TMA loads per V stage beside K's column block.
+    if (d_major) CHECK(sass.find("UTMALDG.4D") != std::string::npos);
   }
 }

@@ -210,6 +210,14 @@ const std::vector<BadCase> kBadCases = {
      ErrorCode::kInvalidSpec, {"\"cluster_m\"", "2", "causal true", "expected 1"}},
     {"intra_wg_overlap wrong type", R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": "true"})",
      ErrorCode::kInvalidSpec, {"\"intra_wg_overlap\"", "\"true\"", "wrong type", "true or false"}},
+    {"v_layout d_major with a 16-bit dtype", R"({"dtype": "bf16", "head_dim": 128, "v_layout": "d_major"})",
+     ErrorCode::kInvalidSpec, {"\"v_layout\"", "\"d_major\"", "\"bf16\"", "\"seq_major\""}},
+    {"v_layout d_major with packed k/v", R"({"dtype": "e4m3", "head_dim": 128, "v_layout": "d_major", "varlen_k": true})",
+     ErrorCode::kInvalidSpec, {"\"v_layout\"", "varlen_k true", "\"seq_major\""}},
+    {"v_layout d_major with a paged cache", R"({"dtype": "e4m3", "head_dim": 128, "v_layout": "d_major", "paged_kv": true})",
+     ErrorCode::kInvalidSpec, {"\"v_layout\"", "paged_kv true"}},
+    {"v_layout unknown", R"({"dtype": "e4m3", "head_dim": 128, "v_layout": "transposed"})", ErrorCode::kInvalidSpec,
+     {"\"v_layout\"", "\"transposed\"", "\"seq_major\" or \"d_major\""}},
 };
 
 struct GoodCase {
@@ -356,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
         R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
-        R"("tile":{"block_m":128,"block_n":176},"varlen_k":false,"varlen_q":false})");
+        R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
   CHECK(af::canonical_string(d) == key);
@@ -366,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
         R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
-        R"("tile":{"block_m":128,"block_n":176},"varlen_k":false,"varlen_q":false})");
+        R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
         R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
-        R"("tile":{"block_m":192,"block_n":128},"varlen_k":false,"varlen_q":false})");
+        R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 64, "tile": {"block_m": 128}})")) ==
@@ -530,7 +538,8 @@ TEST_CASE("spec files: every config parses, names match contents, default.json i
                                    (spec.head_dim_v != spec.head_dim ? "v" + std::to_string(spec.head_dim_v) : "") +
                                    (spec.causal ? "_causal" : "") +
                                    (spec.quant == af::Quant::kPerBlock ? "_per_block" : "") +
-                                   (c.problem->hadamard ? "_hadamard" : "");
+                                   (c.problem->hadamard ? "_hadamard" : "") +
+                                   (spec.v_layout == af::VLayout::kDMajor ? "_vt" : "");
       CHECK(stem == expected);
     }
   }
@@ -899,6 +908,32 @@ TEST_CASE("serving layout fields: defaults, combinations and their messages", "[
   CHECK_FALSE(t.pingpong);
   CHECK(t.pack_gqa);
   CHECK(t.split_kv);
+}
+
+TEST_CASE("v_layout d_major: its own tile rows, FA3's register split, no load stages, the O tail", "[spec][fp8]") {
+  const auto config = [](const char* json) { return af::make_kernel_config(parse(json)); };
+  const af::KernelConfig d128 = config(R"({"dtype": "e4m3", "head_dim": 128, "v_layout": "d_major"})");
+  CHECK(d128.spec.v_layout == af::VLayout::kDMajor);
+  CHECK((d128.spec.block_m == 128 && d128.spec.block_n == 192 && !d128.spec.pingpong));
+  CHECK((d128.producer_registers == 24 && d128.consumer_registers == 240));
+  CHECK(d128.v_stage == af::kVStageDMajor);
+  CHECK(d128.smem.v_load_stage_bytes == 0);
+  CHECK(d128.smem.v_stage_bytes == 192 * 128);  // block_n / 32 boxes of 128 channels x 32 keys
+  CHECK(d128.smem.o_tail_bytes == 128 * 256 - 128 * 128);  // bf16 O of 128 x 128 past an e4m3 Q of 128 x 128
+  CHECK(d128.smem.o_staging_bytes >= d128.smem.o_bytes);
+  const af::KernelConfig d256 = config(R"({"dtype": "e4m3", "head_dim": 256, "causal": true, "v_layout": "d_major"})");
+  CHECK((d256.spec.block_n == 128 && d256.spec.pingpong));
+  // The transposing kernel of the same class keeps its tile, its 40-register producer and its load stages.
+  const af::KernelConfig seq = config(R"({"dtype": "e4m3", "head_dim": 128})");
+  CHECK((seq.spec.block_n == 160 && seq.producer_registers == 40 && seq.v_stage == af::kVStageTransposed));
+  CHECK(seq.smem.o_tail_bytes == 0);
+  CHECK(seq.smem.v_load_stage_bytes == 160 * 128);
+  // Rows without a measured d_major tile, and softcap, keep the transposing kernel's tile.
+  CHECK(config(R"({"dtype": "e4m3", "head_dim": 96, "v_layout": "d_major"})").spec.block_n ==
+        config(R"({"dtype": "e4m3", "head_dim": 96})").spec.block_n);
+  CHECK(config(R"({"dtype": "e4m3", "head_dim": 128, "softcap": true, "v_layout": "d_major"})").spec.block_n == 160);
+  CHECK(af::name_token(d128.spec) == "e4m3_per_head_d128_vt_full");
+  CHECK(af::canonical_json(d128.spec).at("v_layout") == "d_major");
 }
 
 TEST_CASE("two-level accumulation chunks stay a multiple of 8 that divides head_dim_v", "[spec][fp8]") {

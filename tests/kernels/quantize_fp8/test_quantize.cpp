@@ -195,7 +195,8 @@ TEST_CASE("quantize spec: canonical JSON round-trips and names the kind", "[quan
     CHECK(qf::canonical_string(parse(canonical)) == canonical);
     const nlohmann::json doc = nlohmann::json::parse(canonical);
     CHECK(doc.at("kind") == "quantize_fp8");
-    CHECK(doc.size() == 9);
+    CHECK(doc.size() == 10);  // every field spelled out, v_layout included
+    CHECK(doc.at("v_layout") == "seq_major");
   }
 }
 
@@ -1055,4 +1056,24 @@ TEST_CASE("quantize launch: arguments are checked before any driver call", "[qua
   CHECK(n.q == 2 * 8 * 2);  // ceil(113 / 64) = 2
   CHECK(n.k == 2 * 2 * 2);  // ceil(239 / 176) = 2
   CHECK(n.v == 2 * 2 * 128);
+}
+
+TEST_CASE("quantize spec field v_layout: d_major names its own kernel and shares the V buffer", "[quantize][spec]") {
+  const qf::Spec d_major = qf::parse_spec(std::string(R"({"dtype":"bf16","head_dim":128,"v_layout":"d_major"})"));
+  const qf::Spec seq = qf::parse_spec(std::string(R"({"dtype":"bf16","head_dim":128})"));
+  CHECK(d_major.v_d_major);
+  CHECK_FALSE(seq.v_d_major);
+  CHECK(qf::canonical_string(d_major) != qf::canonical_string(seq));
+  CHECK(qf::name_token(d_major) == qf::name_token(seq) + "_vt");
+  // kPassVQuant's chunk (v_rows_per_cta keys x head_dim_v bytes) shares the buffer of kPassVAmax's channel table.
+  const qf::Geometry g = qf::derive_geometry(d_major);
+  CHECK(g.smem_bytes >= g.v_rows_per_cta * d_major.head_dim_v);
+  CHECK(g.smem_bytes <= 48 * 1024);
+  try {
+    qf::parse_spec(std::string(R"({"dtype":"bf16","head_dim":128,"v_layout":"transposed"})"));
+    FAIL("accepted v_layout \"transposed\"");
+  } catch (const fa3jit::Error& e) {
+    CHECK(std::string(e.what()).find("\"v_layout\": \"transposed\"") != std::string::npos);
+    CHECK(std::string(e.what()).find("\"seq_major\" or \"d_major\"") != std::string::npos);
+  }
 }

@@ -27,6 +27,8 @@
 #include "jit/driver.h"
 #include "kernels/quantize_fp8/launch.h"
 #include "kernels/quantize_fp8/params.h"
+#include "kernels/attention_fwd/device/fp8_v_layout.h"
+#include "testing/attention_problem.h"
 #include "testing/device_memory.h"
 #include "testing/fp8_prepass.h"
 #include "testing/half.h"
@@ -387,6 +389,86 @@ TEST_CASE("quantize is deterministic and keeps descales finite for infinite inpu
   CHECK(descales[0][6 + 9] == qf::kMaxAmax / 448.0f);  // V channel 9 of head 0
   CHECK(first[2][static_cast<size_t>(v.offset(0, 200, 0, 9))] == 0x7E);
   for (float x : descales[0]) CHECK((std::isfinite(x) && x > 0.0f));
+}
+
+TEST_CASE("quantize with v_layout d_major writes the transposed image of its seq_major V, bit for bit",
+          "[gpu][quantize]") {
+  if (!gpu_here()) return;
+  using fa3jit::testing::DeviceBuffer;
+  ScratchRuntime scratch;
+  // Odd lengths (a last chunk that ends inside a 16-key group, one shorter than a chunk), GQA, every head dim, both
+  // dtypes. The d_major v8 is poisoned first (0xFF), so every key position up to seqlen_k rounded to 16 must be
+  // written: keys as fa3jit::testing::v_to_d_major places them, zeros past seqlen_k; q8, k8 and the descales equal
+  // the seq_major call's.
+  struct DCase {
+    DType dtype;
+    int64_t d, b, s, h, hkv;
+  };
+  for (const DCase& c : {DCase{DType::kBf16, 128, 2, 1023, 4, 2}, DCase{DType::kFp16, 64, 1, 113, 2, 1},
+                         DCase{DType::kBf16, 256, 1, 799, 2, 2}, DCase{DType::kBf16, 128, 1, 1, 2, 2},
+                         DCase{DType::kFp16, 256, 2, 4224, 4, 1}}) {
+    INFO(fa3jit::dtype_name(c.dtype) << " d" << c.d << " b" << c.b << " s" << c.s << " h" << c.h << "/" << c.hkv);
+    fa3jit::HostTensor q = host_tensor(c.dtype, c.b, c.s, c.h, c.d, false, 31);
+    fa3jit::HostTensor k = host_tensor(c.dtype, c.b, c.s, c.hkv, c.d, false, 32);
+    fa3jit::HostTensor v = host_tensor(c.dtype, c.b, c.s, c.hkv, c.d, false, 33);
+    DeviceBuffer dq(q.size_bytes()), dk(k.size_bytes()), dv(v.size_bytes());
+    dq.upload(q.data.data(), q.size_bytes());
+    dk.upload(k.data.data(), k.size_bytes());
+    dv.upload(v.data.data(), v.size_bytes());
+    const int64_t keys = fa3jit::attention_fwd::d_major_keys(c.s);
+    const size_t nq = static_cast<size_t>(c.b * c.s * c.h * c.d), nk = static_cast<size_t>(c.b * c.s * c.hkv * c.d);
+    const size_t nvt = static_cast<size_t>(c.b * c.hkv * c.d * keys);
+    const int64_t qb = (c.s + 127) / 128;
+    std::vector<uint8_t> bytes[2][3];
+    std::vector<float> scales[2][3];
+    for (int run = 0; run < 2; ++run) {
+      const bool d_major = run == 1;
+      DeviceBuffer dq8(nq), dk8(nk), dv8(d_major ? nvt : nk);
+      DeviceBuffer dqs(static_cast<size_t>(c.b * c.h * qb) * 4), dks(static_cast<size_t>(c.b * c.hkv * qb) * 4),
+          dvs(static_cast<size_t>(c.b * c.hkv * c.d) * 4);
+      for (DeviceBuffer* buf : {&dq8, &dk8, &dv8, &dqs, &dks, &dvs}) buf->fill_bytes(0xFF);
+      qf::QuantizeArgs a;
+      a.dtype = c.dtype;
+      a.batch = c.b, a.seqlen_q = c.s, a.seqlen_k = c.s, a.num_heads = c.h, a.num_heads_kv = c.hkv;
+      a.head_dim = c.d, a.head_dim_v = c.d;
+      a.q = {dq.get(), c.s * c.h * c.d, c.h * c.d, c.d};
+      a.k = {dk.get(), c.s * c.hkv * c.d, c.hkv * c.d, c.d};
+      a.v = {dv.get(), c.s * c.hkv * c.d, c.hkv * c.d, c.d};
+      a.q8 = {dq8.get(), c.s * c.h * c.d, c.h * c.d, c.d};
+      a.k8 = {dk8.get(), c.s * c.hkv * c.d, c.hkv * c.d, c.d};
+      // d_major: (batch, heads_kv, channels, keys): stride_seq is the channel stride
+      a.v8 = d_major ? fa3jit::TensorView{dv8.get(), c.hkv * c.d * keys, keys, c.d * keys}
+                     : fa3jit::TensorView{dv8.get(), c.s * c.hkv * c.d, c.hkv * c.d, c.d};
+      a.q_descale = static_cast<float*>(dqs.get());
+      a.k_descale = static_cast<float*>(dks.get());
+      a.v_descale = static_cast<float*>(dvs.get());
+      qf::QuantizeOptions options;
+      options.v_d_major = d_major;
+      qf::quantize_fp8(*scratch.runtime, options, a, nullptr);
+      fa3jit::check_cu(fa3jit::driver().cuCtxSynchronize(nullptr), "cuCtxSynchronize");
+      int i = 0;
+      for (DeviceBuffer* buf : {&dq8, &dk8, &dv8}) {
+        bytes[run][i].resize(buf == &dv8 ? (d_major ? nvt : nk) : (buf == &dq8 ? nq : nk));
+        buf->download(bytes[run][i].data(), bytes[run][i].size());
+        ++i;
+      }
+      i = 0;
+      for (DeviceBuffer* buf : {&dqs, &dks, &dvs}) {
+        scales[run][i].resize(buf->bytes() / 4);
+        buf->download(scales[run][i].data(), buf->bytes());
+        ++i;
+      }
+    }
+    CHECK(bytes[0][0] == bytes[1][0]);
+    CHECK(bytes[0][1] == bytes[1][1]);
+    for (int i = 0; i < 3; ++i) CHECK(scales[0][i] == scales[1][i]);
+    const std::vector<uint8_t> expected = ft::v_to_d_major(bytes[0][2], c.b, c.s, c.hkv, c.d, 0);
+    size_t differ = 0;
+    for (size_t j = 0; j < expected.size(); ++j) differ += expected[j] != bytes[1][2][j];
+    CHECK(differ == 0);
+    std::printf("quantize d_major %s d%ld s%ld: %zu of %zu v8 bytes differ from the transposed seq_major v8\n",
+                fa3jit::dtype_name(c.dtype), long(c.d), long(c.s), differ, expected.size());
+  }
 }
 
 TEST_CASE("quantize refuses tensors past their allocation, short RoPE tables and overlapping outputs",

@@ -31,7 +31,7 @@ from . import _torch_ops
 from ._capi import (ABI_VERSION, Fa3jitError, Fa3jitRuntimeError, Fa3jitValueError, Kernel, LibraryNotFoundError,
                     Runtime, Spec, capabilities, library_path, runtime, version)
 from .attention import flash_attn_func, fp8_quant_blocks
-from .fp8 import flash_attn_fp8_func, quantize_fp8
+from .fp8 import flash_attn_fp8_func, quantize_fp8, v_to_d_major
 from .serving import flash_attn_varlen_func, flash_attn_with_kvcache
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "fp8_quant_blocks",
     "quantize_fp8",
     "flash_attn_fp8_func",
+    "v_to_d_major",
     "Kernel",
     "compile_spec",
     "warm_manifest",

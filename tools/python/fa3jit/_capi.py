@@ -177,6 +177,8 @@ class ForwardParams(ctypes.Structure):
         ("window_right", ctypes.c_int64),
         ("softcap", ctypes.c_float),
         ("sinks", ctypes.c_void_p),
+        # Appended for a transposed V (fa3jit.h: fa3jit_v_layout); FORWARD_PARAMS_SIZE_BEFORE_V_LAYOUT leaves it out.
+        ("v_layout", ctypes.c_int32),
     ]
 
     def __init__(self, **fields: Any):
@@ -194,6 +196,9 @@ FORWARD_PARAMS_SIZE_BEFORE_E4M3 = ForwardParams.out_dtype.offset
 FORWARD_PARAMS_SIZE_BEFORE_SERVING = ForwardParams.cu_seqlens_q.offset
 # struct_size of a caller whose header predates the variant fields (offsetof(fa3jit_forward_params, window_left)).
 FORWARD_PARAMS_SIZE_BEFORE_VARIANT = ForwardParams.window_left.offset
+# struct_size of a caller whose header predates v_layout (offsetof(fa3jit_forward_params, v_layout)).
+FORWARD_PARAMS_SIZE_BEFORE_V_LAYOUT = ForwardParams.v_layout.offset
+V_LAYOUT_SEQ_MAJOR, V_LAYOUT_D_MAJOR = 0, 1  # fa3jit_v_layout
 
 
 # The per-call fields of ForwardParams, dtype through softmax_scale, for struct.pack_into at PARAMS_CALL_OFFSET:
@@ -222,7 +227,7 @@ if PARAMS_CALL_OFFSET + PARAMS_FP8_CALL_STRUCT.size != ForwardParams.cu_seqlens_
 # softcap ("f") and sinks ("P"). The workspace fields are packed as 0 and set with WORKSPACE_STRUCT at
 # WORKSPACE_OFFSET once the call's size is known.
 PARAMS_SERVING_CALL_STRUCT = struct.Struct(PARAMS_FP8_CALL_STRUCT.format + " P q P q P P 4q i i 2q f P")
-if PARAMS_CALL_OFFSET + PARAMS_SERVING_CALL_STRUCT.size != ctypes.sizeof(ForwardParams):
+if PARAMS_CALL_OFFSET + PARAMS_SERVING_CALL_STRUCT.size != ForwardParams.sinks.offset + ctypes.sizeof(ctypes.c_void_p):
     raise ImportError("fa3jit: PARAMS_SERVING_CALL_STRUCT does not cover ForwardParams.dtype .. sinks")
 WORKSPACE_STRUCT = struct.Struct("@P N")
 WORKSPACE_OFFSET = ForwardParams.workspace.offset
@@ -261,6 +266,8 @@ class QuantizeParams(ctypes.Structure):
         ("rope_sin", ctypes.c_void_p),
         ("rope_max_seqlen", ctypes.c_int64),
         ("seed", ctypes.c_uint64),
+        # Appended for a transposed V (fa3jit.h: fa3jit_v_layout).
+        ("v_layout", ctypes.c_int32),
     ]
 
     def __init__(self, **fields: Any):
@@ -407,6 +414,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "fa3jit_warm_manifest": (c_int, [c_void_p, c_char_p, ctypes.POINTER(ctypes.c_size_t)]),
         # params as c_void_p: fa3jit.fp8 passes the address of its QuantizeParams.
         "fa3jit_quantize_fp8": (c_int, [c_void_p, c_void_p, c_void_p]),
+        "fa3jit_fp8_key_positions": (c_int, [ctypes.POINTER(ctypes.c_int32)]),
         "fa3jit_attention_quant_blocks": (c_int, [c_void_p, ctypes.c_int64, ctypes.c_int32,
                                                   ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32)]),
     }
@@ -492,6 +500,14 @@ def capabilities() -> Dict[str, Any]:
     Raises LibraryNotFoundError when libfa3jit.so cannot be loaded.
     """
     return json.loads(library().fa3jit_capabilities_json().decode())
+
+
+def fp8_key_positions() -> Tuple[int, ...]:
+    """fa3jit_fp8_key_positions: positions[j] is where key j of every aligned group of 16 keys sits in a d_major V
+    (the order in which the e4m3 kernel packs its probabilities). Needs no GPU."""
+    positions = (ctypes.c_int32 * 16)()
+    check(library().fa3jit_fp8_key_positions(positions), "fa3jit_fp8_key_positions")
+    return tuple(positions)
 
 
 def quant_blocks(head_dim: int, causal: bool = False, kernel: Optional["Kernel"] = None) -> Tuple[int, int]:
@@ -610,12 +626,16 @@ class Kernel:
 
     def __init__(self, spec: Spec, runtime: Optional[Runtime] = None) -> None:
         self.spec = spec_text(spec)
+        self._v_d_major = False
         self.runtime = runtime if runtime is not None else _process_runtime()
         self._lib = self.runtime._lib
         handle = ctypes.c_void_p()
         status = self._lib.fa3jit_kernel_create(self.runtime.handle, self.spec.encode(), ctypes.byref(handle))
         check(status, "fa3jit_kernel_create")
         self._handle: Optional[int] = handle.value
+        # A d_major kernel reads v transposed (fa3jit.v_to_d_major): flash_attn_func reads v's shape by it. The
+        # library has validated the spec, so it is a JSON object here.
+        self._v_d_major = json.loads(self.spec).get("v_layout") == "d_major"
         # (runtime, kernel) handles as flash_attn_func reads them, one attribute access per call; None = closed.
         self._handles: Optional[Tuple[int, int]] = (self.runtime.handle, self.handle)
         self._info: Optional[Dict[str, Any]] = None

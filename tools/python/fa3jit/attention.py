@@ -134,6 +134,14 @@ def _thread_fp8_params() -> Tuple[_capi.ForwardParams, int]:
     return entry
 
 
+def _thread_fp8_vt_params() -> Tuple[_capi.ForwardParams, int]:
+    # The same for the calls of a d_major kernel: v_layout D_MAJOR is set here, once.
+    params = _capi.ForwardParams(v_layout=_capi.V_LAYOUT_D_MAJOR)
+    entry = (params, ctypes.addressof(params))
+    _local.fp8_vt_params = entry
+    return entry
+
+
 # ---- slow paths: conversions and error messages, out of the hot function --------------------------------
 
 def _as_tensor(x: Any, name: str) -> Any:
@@ -461,21 +469,35 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
         out_dtype = dtype
     if not (q.is_cuda and k.is_cuda and v.is_cuda):
         raise _device_error(q=q, k=k, v=v)
+    # A d_major kernel (spec field v_layout) takes v transposed: (batch, num_heads_kv, head_dim_v, seqlen_k rounded
+    # up to 16), as fa3jit.v_to_d_major writes it.
+    v_d_major = kernel is not None and getattr(kernel, "_v_d_major", False) is True
     try:
         batch, seqlen_q, num_heads, head_dim = q.shape
         batch_k, seqlen_k, num_heads_kv, head_dim_k = k.shape
-        batch_v, seqlen_v, num_heads_v, head_dim_v = v.shape
+        if v_d_major:
+            batch_v, num_heads_v, head_dim_v, keys_v = v.shape
+        else:
+            batch_v, seqlen_v, num_heads_v, head_dim_v = v.shape
     except ValueError:  # not 4 values to unpack
         raise _rank_error(q=q, k=k, v=v) from None
     if batch_k != batch or head_dim_k != head_dim:
         raise ValueError(f"k has shape {tuple(k.shape)}; expected (batch={batch}, seqlen_k, num_heads_kv, "
                          f"head_dim={head_dim}) to match q {tuple(q.shape)}")
-    if batch_v != batch_k or seqlen_v != seqlen_k or num_heads_v != num_heads_kv:
+    if v_d_major:
+        if batch_v != batch or num_heads_v != num_heads_kv or keys_v != (seqlen_k + 15) // 16 * 16:
+            raise ValueError(f"v has shape {tuple(v.shape)}; the kernel's v_layout is d_major, which expects "
+                             f"(batch={batch}, num_heads_kv={num_heads_kv}, head_dim_v, seqlen_k={seqlen_k} rounded "
+                             f"up to 16 = {(seqlen_k + 15) // 16 * 16}) (fa3jit.v_to_d_major)")
+    elif batch_v != batch_k or seqlen_v != seqlen_k or num_heads_v != num_heads_kv:
         raise ValueError(f"v has shape {tuple(v.shape)}; its first three dimensions must equal k's "
                          f"{tuple(k.shape[:3])}")
     q_sb, q_ss, q_sh, q_sd = q.stride()
     k_sb, k_ss, k_sh, k_sd = k.stride()
-    v_sb, v_ss, v_sh, v_sd = v.stride()
+    if v_d_major:  # the C ABI's stride_seq of a d_major v is the stride between channels
+        v_sb, v_sh, v_ss, v_sd = v.stride()
+    else:
+        v_sb, v_ss, v_sh, v_sd = v.stride()
     if q_sd != 1 or k_sd != 1 or v_sd != 1:
         _check_last_dim(q=q, k=k, v=v)
     scale = 0.0 if softmax_scale is None else _checked_scale(softmax_scale)  # 0 = the C ABI's 1/sqrt(head_dim)
@@ -515,9 +537,9 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
         runtime_handle, kernel_handle = _kernel_handles(kernel)
     if fp8:
         try:
-            params, address = _local.fp8_params
+            params, address = _local.fp8_vt_params if v_d_major else _local.fp8_params
         except AttributeError:
-            params, address = _thread_fp8_params()
+            params, address = _thread_fp8_vt_params() if v_d_major else _thread_fp8_params()
         _pack_fp8_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
                          batch, seqlen_q, seqlen_k, num_heads, num_heads_kv, head_dim, head_dim_v,
                          q.data_ptr(), q_sb, q_ss, q_sh,

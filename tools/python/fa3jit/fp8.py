@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 _UINT64_LIMIT = 1 << 64
 _QUANTS = ("per_block",)
+_V_LAYOUTS = ("seq_major", "d_major")
 _INPUT_DTYPES = "torch.float16 or torch.bfloat16"
 _LAYOUTS = {"q": "(batch, seqlen_q, num_heads, head_dim)", "k": "(batch, seqlen_k, num_heads_kv, head_dim)",
             "v": "(batch, seqlen_k, num_heads_kv, head_dim_v)"}
@@ -158,9 +159,16 @@ def _tensor(t: Any) -> _capi.Tensor:
     return _capi.Tensor(t.data_ptr(), stride_batch, stride_seq, stride_head)
 
 
+def _tensor_d_major(t: Any) -> _capi.Tensor:
+    """A (batch, num_heads_kv, head_dim_v, keys) d_major tensor as the C ABI's view: stride_seq between channels."""
+    sb, sh, sc, _ = t.stride()
+    return _capi.Tensor(data=t.data_ptr(), stride_batch=sb, stride_seq=sc, stride_head=sh)
+
+
 def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
                  rope: Optional[Sequence[Any]] = None, quant: str = "per_block", block_m: Optional[int] = None,
-                 block_n: Optional[int] = None, rotary_interleaved: bool = False) -> Tuple[Any, ...]:
+                 block_n: Optional[int] = None, rotary_interleaved: bool = False,
+                 v_layout: str = "seq_major") -> Tuple[Any, ...]:
     """FP8 pre-pass: 16-bit q, k, v -> e4m3 q8, k8, v8 and their per-block float32 descales, the inputs of an
     FP8 `fa3jit.flash_attn_func(q8, k8, v8, q_descale=..., k_descale=..., v_descale=...)`.
 
@@ -183,8 +191,12 @@ def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
       flash_attn_func runs. A causal call (seqlen_q > 1) or a pinned kernel may have another tile: pass
       fa3jit.fp8_quant_blocks(head_dim, causal, kernel) (fa3jit.flash_attn_fp8_func does).
 
+    v_layout: "seq_major" (v8 of v's shape) or "d_major": v8 written transposed, (batch, num_heads_kv, head_dim_v,
+      seqlen_k rounded up to 16), as fa3jit.v_to_d_major lays it out, for an e4m3 kernel with "v_layout":
+      "d_major", which then skips its V transpose.
+
     Returns (q8, k8, v8, q_descale, k_descale, v_descale): q8, k8, v8 torch.float8_e4m3fn, contiguous, of q's,
-    k's, v's shapes (q8, k8 rotated when hadamard); q_descale float32 (batch, num_heads, ceil(seqlen_q /
+    k's, v's shapes (q8, k8 rotated when hadamard; v8 transposed with v_layout "d_major"); q_descale float32 (batch, num_heads, ceil(seqlen_q /
     block_m)), k_descale float32 (batch, num_heads_kv, ceil(seqlen_k / block_n)), v_descale float32 (batch,
     num_heads_kv, head_dim_v), all contiguous: flash_attn_func's per_block descales.
     Allocates with torch on q's device and launches three kernels on torch's current stream; no
@@ -198,6 +210,8 @@ def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
     if quant not in _QUANTS:
         raise ValueError(f"quant is {quant!r}; the pre-pass writes only \"per_block\" descales (one per block_m "
                          f"query rows, block_n key rows and v channel)")
+    if v_layout not in _V_LAYOUTS:
+        raise ValueError(f"v_layout is {v_layout!r}; expected one of {', '.join(map(repr, _V_LAYOUTS))}")
     hadamard = _check_flag(hadamard, "hadamard")
     rotary_interleaved = _check_flag(rotary_interleaved, "rotary_interleaved")
     seed = _check_seed(seed)
@@ -221,7 +235,9 @@ def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
     float32, float8 = _attention._float32, _attention._float8
     q8 = torch.empty(q.shape, dtype=float8, device=device)
     k8 = torch.empty(k.shape, dtype=float8, device=device)
-    v8 = torch.empty(v.shape, dtype=float8, device=device)
+    d_major = v_layout == "d_major"
+    v8_shape = (batch, num_heads_kv, head_dim_v, (seqlen_k + 15) // 16 * 16) if d_major else v.shape
+    v8 = torch.empty(v8_shape, dtype=float8, device=device)
     q_descale = torch.empty((batch, num_heads, -(-seqlen_q // block_m)), dtype=float32, device=device)
     k_descale = torch.empty((batch, num_heads_kv, -(-seqlen_k // block_n)), dtype=float32, device=device)
     v_descale = torch.empty((batch, num_heads_kv, head_dim_v), dtype=float32, device=device)
@@ -230,7 +246,9 @@ def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
         dtype=dtype_code, hadamard=1 if hadamard else 0,
         batch=batch, seqlen_q=seqlen_q, seqlen_k=seqlen_k, num_heads=num_heads, num_heads_kv=num_heads_kv,
         head_dim=head_dim, head_dim_v=head_dim_v,
-        q=_tensor(q), k=_tensor(k), v=_tensor(v), q8=_tensor(q8), k8=_tensor(k8), v8=_tensor(v8),
+        q=_tensor(q), k=_tensor(k), v=_tensor(v), q8=_tensor(q8), k8=_tensor(k8),
+        v8=_tensor_d_major(v8) if d_major else _tensor(v8),
+        v_layout=_capi.V_LAYOUT_D_MAJOR if d_major else _capi.V_LAYOUT_SEQ_MAJOR,
         q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr(),
         q_block_rows=block_m, k_block_rows=block_n, seed=seed)
     if tables is not None:
@@ -254,7 +272,8 @@ def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
 
 def flash_attn_fp8_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] = None, causal: bool = False,
                         hadamard: bool = True, seed: int = 0, rope: Optional[Sequence[Any]] = None,
-                        return_lse: bool = False, out: Optional[Any] = None) -> Union[Any, Tuple[Any, Any]]:
+                        return_lse: bool = False, out: Optional[Any] = None,
+                        v_layout: str = "d_major") -> Union[Any, Tuple[Any, Any]]:
     """FP8 attention of 16-bit inputs: quantize_fp8 (per-block descales with the tile of the e4m3 kernel that
     runs, fa3jit.fp8_quant_blocks(head_dim, causal)) then fa3jit.flash_attn_func on the e4m3 tensors, both on
     torch's current stream, no synchronisation. The FlashAttention-3 recipe (paper §3.3): the Hadamard rotation
@@ -266,6 +285,9 @@ def flash_attn_fp8_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] =
     1 / sqrt(head_dim). causal: bottom-right aligned, as flash_attn_func. hadamard, seed, rope: as quantize_fp8
     (with rope the attention is over the rotated-position q and k).
     out: None, or a (batch, seqlen_q, num_heads, head_dim_v) tensor of q's dtype on q's device.
+    v_layout: "d_major" (default): the pre-pass writes V transposed and the e4m3 kernel (spec field v_layout
+    "d_major", its own tile) reads it without a V transpose; "seq_major": the tile table's kernel, which
+    transposes V in shared memory. Both compute the same sums (bench/NOTES.md has their speeds).
 
     Returns out in q's dtype (the e4m3 kernel's out_dtype), or (out, lse) when return_lse: lse float32 (batch,
     num_heads, seqlen_q), natural log of the sum of exp(softmax_scale * q.k) over visible keys (q, k as
@@ -279,8 +301,62 @@ def flash_attn_fp8_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] =
     if min(batch, seqlen_q, seqlen_k, num_heads, num_heads_kv) < 1:
         # Nothing to quantise; flash_attn_func's answer for these shapes, computed on the 16-bit tensors.
         return _attention.flash_attn_func(q, k, v, softmax_scale, causal, return_lse, out)
-    block_m, block_n = _attention._quant_blocks(head_dim, causal and seqlen_q > 1, None)
+    if v_layout not in _V_LAYOUTS:
+        raise ValueError(f"v_layout is {v_layout!r}; expected one of {', '.join(map(repr, _V_LAYOUTS))}")
+    kernel = _d_major_kernel(head_dim, causal, q.dtype) if v_layout == "d_major" else None
+    block_m, block_n = _attention._quant_blocks(head_dim, causal and seqlen_q > 1, kernel)
     q8, k8, v8, q_descale, k_descale, v_descale = quantize_fp8(q, k, v, hadamard=hadamard, seed=seed, rope=rope,
-                                                               block_m=block_m, block_n=block_n)
-    return _attention.flash_attn_func(q8, k8, v8, softmax_scale, causal, return_lse, out, q_descale=q_descale,
-                                      k_descale=k_descale, v_descale=v_descale, out_dtype=q.dtype)
+                                                               block_m=block_m, block_n=block_n, v_layout=v_layout)
+    return _attention.flash_attn_func(q8, k8, v8, softmax_scale, causal, return_lse, out, kernel,
+                                      q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                                      out_dtype=q.dtype)
+
+
+_d_major_kernels: dict = {}  # (head_dim, causal, out dtype) -> the process runtime's d_major e4m3 Kernel
+
+
+def _d_major_kernel(head_dim: int, causal: bool, out_dtype: Any) -> _capi.Kernel:
+    """The e4m3 per_block kernel with v_layout d_major for a class, its tile from the tile table (spec.h: the
+    fields left out), made once per process."""
+    key = (head_dim, causal, out_dtype)
+    kernel = _d_major_kernels.get(key)
+    if kernel is None:
+        out_name = "bf16" if out_dtype == _attention._torch.bfloat16 else "fp16"
+        kernel = _d_major_kernels[key] = _capi.Kernel({"dtype": "e4m3", "head_dim": head_dim, "causal": causal,
+                                                       "quant": "per_block", "out_dtype": out_name,
+                                                       "v_layout": "d_major"})
+    return kernel
+
+
+_key_order: Any = None  # per device type: the int64 index tensor of v_to_d_major (from fa3jit_fp8_key_positions)
+
+
+def v_to_d_major(v: Any) -> "torch.Tensor":
+    """V transposed for an e4m3 kernel whose spec has "v_layout": "d_major" (FA3's layout has no such option;
+    kernels/attention_fwd/launch.h: ForwardArgs::v): from v (batch, seqlen_k, num_heads_kv, head_dim_v) to a new
+    contiguous tensor (batch, num_heads_kv, head_dim_v, seqlen_k rounded up to 16) of v's dtype and device, keys
+    contiguous, key 16 g + j of every row at 16 g + fa3jit_fp8_key_positions()[j] (the order in which the kernel
+    packs its probabilities for the FP8 tensor cores), zeros past seqlen_k. Such a kernel then loads V by TMA
+    without transposing it in shared memory. Usually made once per KV tensor (it is a copy of V).
+
+    Pass the result to flash_attn_func(q8, k8, v_t, kernel=fa3jit.Kernel({... "v_layout": "d_major"})).
+    Raises ValueError for a tensor that is not 4-dimensional, TypeError for a non-tensor."""
+    global _key_order
+    torch = _bound()
+    v = _as_tensor(v, "v")
+    if v.dim() != 4:
+        raise ValueError(f"v has shape {tuple(v.shape)}; expected {_LAYOUTS['v']}")
+    batch, seqlen_k, num_heads_kv, head_dim_v = v.shape
+    keys = (seqlen_k + 15) // 16 * 16
+    if _key_order is None:
+        positions = _capi.fp8_key_positions()
+        inverse = [0] * 16
+        for j, position in enumerate(positions):
+            inverse[position] = j  # position p holds key inverse[p]
+        _key_order = inverse
+    order = torch.tensor(_key_order, dtype=torch.int64, device=v.device)
+    raw = v.view(torch.uint8) if v.element_size() == 1 else v
+    natural = raw.new_zeros((batch, num_heads_kv, head_dim_v, keys))
+    natural[..., :seqlen_k] = raw.permute(0, 2, 3, 1)
+    grouped = natural.view(batch, num_heads_kv, head_dim_v, keys // 16, 16).index_select(4, order)
+    return grouped.reshape(batch, num_heads_kv, head_dim_v, keys).view(v.dtype)
