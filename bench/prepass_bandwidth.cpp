@@ -1,5 +1,6 @@
 // Bandwidth of the FP8 pre-pass (kernels/quantize_fp8: RoPE, Hadamard rotation, block quantisation) on a GPU, and
-// the time of pre-pass + e4m3 attention against the attention alone:
+// the time of pre-pass + e4m3 attention against the attention alone, with V written as it is (the kernel transposes
+// it) and written transposed (v_layout d_major, the d_major kernel):
 //
 //   build/fa3jit_prepass_bandwidth [--json PATH]
 //
@@ -52,16 +53,21 @@ int main(int argc, char** argv) {
     }
     Runtime rt;
     nlohmann::json report = nlohmann::json::array();
-    std::printf("%-5s %-9s %-5s %-9s %9s %8s %7s %11s %11s %9s\n", "d", "hadamard", "rope", "quant", "prepass_ms",
-                "GB/s", "of_4.3", "attn_ms", "total_ms", "prepass%");
-    for (int64_t d : {128, 256}) {
+    std::printf("%-5s %-9s %-5s %-9s %-9s %9s %8s %7s %11s %11s %9s\n", "d", "hadamard", "rope", "quant", "v_layout",
+                "prepass_ms", "GB/s", "of_4.3", "attn_ms", "total_ms", "prepass%");
+    for (int64_t d : {128, 256})
+      for (bool d_major : {false, true}) {
       const int64_t batch = 2, seqlen = 8192, heads = 2048 / d;
-      // 16-bit inputs (FA3 Table 3 distribution) and the e4m3 outputs, all contiguous.
+      // 16-bit inputs (FA3 Table 3 distribution) and the e4m3 outputs, all contiguous; with d_major, v8 transposed
+      // (batch, heads, d, keys) for the d_major attention kernel, whose tile the descale blocks follow.
       AttentionProblem src(ProblemShape{DType::kBf16, batch, seqlen, seqlen, heads, heads, d, false}, 1);
       const int64_t elems = batch * seqlen * heads * d;
-      DeviceBuffer q8(elems), k8(elems), v8(elems);
+      const int64_t keys = af::d_major_keys(seqlen);
+      DeviceBuffer q8(elems), k8(elems), v8(d_major ? batch * heads * d * keys : elems);
+      af::Layout layout;
+      layout.v_d_major = d_major;
       const af::Spec attn = af::default_spec(DType::kE4m3, DType::kBf16, af::Quant::kPerBlock, static_cast<int>(d),
-                                             static_cast<int>(d), false);
+                                             static_cast<int>(d), false, layout);
       const int64_t m_blocks = (seqlen + attn.block_m - 1) / attn.block_m;
       const int64_t n_blocks = (seqlen + attn.block_n - 1) / attn.block_n;
       DeviceBuffer qs(batch * heads * m_blocks * 4), ks(batch * heads * n_blocks * 4), vs(batch * heads * d * 4);
@@ -81,13 +87,14 @@ int main(int argc, char** argv) {
       a.v = {src.d_v.get(), seqlen * hd, hd, d};
       a.q8 = {q8.get(), seqlen * hd, hd, d};
       a.k8 = {k8.get(), seqlen * hd, hd, d};
-      a.v8 = {v8.get(), seqlen * hd, hd, d};
+      a.v8 = d_major ? TensorView{v8.get(), heads * d * keys, keys, d * keys} : TensorView{v8.get(), seqlen * hd, hd, d};
       a.q_descale = static_cast<float*>(qs.get());
       a.k_descale = static_cast<float*>(ks.get());
       a.v_descale = static_cast<float*>(vs.get());
       af::ForwardArgs f;
       f.dtype = DType::kE4m3;
       f.quant = af::Quant::kPerBlock;
+      f.v_layout = d_major ? af::VLayout::kDMajor : af::VLayout::kSeqMajor;
       f.batch = batch;
       f.seqlen_q = f.seqlen_k = seqlen;
       f.num_heads = f.num_heads_kv = heads;
@@ -107,6 +114,7 @@ int main(int argc, char** argv) {
           o.rope = rope;
           o.q_block_rows = attn.block_m;
           o.k_block_rows = attn.block_n;
+          o.v_d_major = d_major;
           a.rope_cos = rope == qf::Rope::kNone ? nullptr : static_cast<const float*>(rope_cos.get());
           a.rope_sin = rope == qf::Rope::kNone ? nullptr : static_cast<const float*>(rope_sin.get());
           a.rope_max_seqlen = rope == qf::Rope::kNone ? 0 : seqlen;
@@ -117,13 +125,15 @@ int main(int argc, char** argv) {
           });
           const double bytes = 3.0 * static_cast<double>(elems) * (2 + 1);
           const double gbs = bytes / (ms * 1e-3) / 1e9;
-          std::printf("%-5ld %-9s %-5s %-9s %9.4f %8.0f %6.0f%% %11.4f %11.4f %8.1f%%\n", d, hadamard ? "yes" : "no",
-                      qf::rope_name(rope), "per_block", ms, gbs, 100.0 * gbs / 4300.0, attn_ms, total,
-                      100.0 * ms / total);
+          const char* v_layout = d_major ? "d_major" : "seq_major";
+          std::printf("%-5ld %-9s %-5s %-9s %-9s %9.4f %8.0f %6.0f%% %11.4f %11.4f %8.1f%%\n", d,
+                      hadamard ? "yes" : "no", qf::rope_name(rope), "per_block", v_layout, ms, gbs, 100.0 * gbs / 4300.0,
+                      attn_ms, total, 100.0 * ms / total);
           report.push_back({{"head_dim", d}, {"hadamard", hadamard}, {"rope", qf::rope_name(rope)},
-                            {"prepass_ms", ms}, {"gb_per_s", gbs}, {"attention_ms", attn_ms}, {"total_ms", total}});
+                            {"v_layout", v_layout}, {"prepass_ms", ms}, {"gb_per_s", gbs}, {"attention_ms", attn_ms},
+                            {"total_ms", total}});
         }
-    }
+      }
     check_cu(driver().cuCtxSynchronize(nullptr), "cuCtxSynchronize");
     if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << "\n";
     return 0;
