@@ -250,6 +250,20 @@ def test_fake_rejects_what_flash_attn_func_rejects_for_fp8(kwargs, needle):
         assert needle in str(info.value)
 
 
+def test_fake_reads_a_d_major_v_by_its_kernel_spec():
+    """A Kernel whose spec has v_layout d_major travels as its spec; the fake output takes head_dim_v from the
+    transposed v (batch, num_heads_kv, head_dim_v, seqlen_k rounded up to 16), and a seq-major v is refused."""
+    spec = '{"dtype": "e4m3", "head_dim": 128, "v_layout": "d_major"}'
+    with _fake_mode():
+        q, k, _ = _qkv(seqlen_k=70, device="cuda")
+        v_t = torch.empty(2, 2, 128, 80, device="cuda").to(E4M3)
+        out, _ = OPS.flash_attn_func(q, k, v_t, None, False, False, spec)
+        assert out.shape == q.shape and out.dtype == torch.bfloat16
+        v = torch.empty(2, 70, 2, 128, device="cuda").to(E4M3)
+        with pytest.raises(ValueError, match="d_major"):
+            OPS.flash_attn_func(q, k, v, None, False, False, spec)
+
+
 def test_fake_refuses_descales_on_16_bit_calls():
     with _fake_mode():
         q, k, v = _qkv(dtype=torch.bfloat16, device="cuda")

@@ -43,6 +43,7 @@ compiles, and no gradient flows through attention, exactly as without torch.comp
 
 from __future__ import annotations
 
+import json
 import threading
 import warnings
 from typing import Any, Dict, Optional, Tuple
@@ -194,8 +195,18 @@ def _check_meta_descales(q: Any, descales: Tuple[Any, Any, Any]) -> None:
                          f"got {shapes}")
 
 
+def _v_d_major(kernel_spec: Optional[str]) -> bool:
+    """Whether the kernel a call travels with reads v transposed (spec field v_layout, fa3jit.v_to_d_major):
+    v is then (batch, num_heads_kv, head_dim_v, seqlen_k rounded up to 16)."""
+    return kernel_spec is not None and json.loads(kernel_spec).get("v_layout") == "d_major"
+
+
+def _head_dim_v(v: Any, kernel_spec: Optional[str]) -> Any:
+    return v.shape[2] if _v_d_major(kernel_spec) else v.shape[3]
+
+
 def _check_meta(q: Any, k: Any, v: Any, out: Any = None, descales: Tuple[Any, Any, Any] = (None, None, None),
-                out_dtype: Any = None) -> Any:
+                out_dtype: Any = None, kernel_spec: Optional[str] = None) -> Any:
     """The checks flash_attn_func makes in Python, on metadata only, so that a traced call fails at trace time
     with the eager message (ValueError); returns the output dtype. The device is not checked here: the real
     call checks it (a CPU kernel registered for tests runs the traced graph on the CPU)."""
@@ -221,12 +232,19 @@ def _check_meta(q: Any, k: Any, v: Any, out: Any = None, descales: Tuple[Any, An
         check(k.shape[dim] == q.shape[dim],
               lambda: f"k has shape {tuple(k.shape)}; expected (batch, seqlen_k, num_heads_kv, head_dim) to match "
                       f"q {tuple(q.shape)}")
-    for dim in (0, 1, 2):
-        check(v.shape[dim] == k.shape[dim],
-              lambda: f"v has shape {tuple(v.shape)}; its first three dimensions must equal k's "
-                      f"{tuple(k.shape[:3])}")
+    if _v_d_major(kernel_spec):
+        expected_v = (k.shape[0], k.shape[2], v.shape[2], (k.shape[1] + 15) // 16 * 16)
+        for dim in (0, 1, 3):
+            check(v.shape[dim] == expected_v[dim],
+                  lambda: f"v has shape {tuple(v.shape)}; the kernel's v_layout is d_major, which expects (batch, "
+                          f"num_heads_kv, head_dim_v, seqlen_k rounded up to 16) (fa3jit.v_to_d_major)")
+    else:
+        for dim in (0, 1, 2):
+            check(v.shape[dim] == k.shape[dim],
+                  lambda: f"v has shape {tuple(v.shape)}; its first three dimensions must equal k's "
+                          f"{tuple(k.shape[:3])}")
     if out is not None:
-        expected = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+        expected = (q.shape[0], q.shape[1], q.shape[2], _head_dim_v(v, kernel_spec))
         for dim in range(4):
             check(out.shape[dim] == expected[dim],
                   lambda: f"out has shape {tuple(out.shape)}; expected {tuple(expected)}")
@@ -242,16 +260,16 @@ def _fake_lse(q: Any, return_lse: bool) -> Any:
 def _fake_plain(q: Any, k: Any, v: Any, softmax_scale: Optional[float] = None, causal: bool = False,
                 return_lse: bool = False, kernel_spec: Optional[str] = None, q_descale: Any = None,
                 k_descale: Any = None, v_descale: Any = None, out_dtype: Any = None) -> Tuple[Any, Any]:
-    resolved = _check_meta(q, k, v, None, (q_descale, k_descale, v_descale), out_dtype)
+    resolved = _check_meta(q, k, v, None, (q_descale, k_descale, v_descale), out_dtype, kernel_spec)
     # The real call allocates out contiguous on q's device in the output dtype, lse contiguous float32.
-    out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=resolved)
+    out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], _head_dim_v(v, kernel_spec)), dtype=resolved)
     return out, _fake_lse(q, return_lse)
 
 
 def _fake_out(q: Any, k: Any, v: Any, out: Any, softmax_scale: Optional[float] = None, causal: bool = False,
               return_lse: bool = False, kernel_spec: Optional[str] = None, q_descale: Any = None,
               k_descale: Any = None, v_descale: Any = None, out_dtype: Any = None) -> Any:
-    _check_meta(q, k, v, out, (q_descale, k_descale, v_descale), out_dtype)
+    _check_meta(q, k, v, out, (q_descale, k_descale, v_descale), out_dtype, kernel_spec)
     return _fake_lse(q, return_lse)
 
 
