@@ -511,8 +511,19 @@ TEST_CASE("C ABI: fa3jit_quantize_fp8 refuses bad enums, flags and block rows be
     expect_quantize_invalid(p, "params.v8.data is NULL");
   }
   SECTION("struct_size") {
-    p.struct_size = sizeof(p) - 8;
+    p.struct_size = sizeof(p) - 4;  // between the header before v_layout and this one
     expect_quantize_invalid(p, "fa3jit_quantize_params.struct_size");
+  }
+  SECTION("v_layout out of range") {
+    p.v_layout = 7;
+    expect_quantize_invalid(p, "params.v_layout is 7");
+  }
+  SECTION("a caller of the header before v_layout: its bytes past the old struct are not read") {
+    p.struct_size = offsetof(fa3jit_quantize_params, v_layout);
+    p.v_layout = 7;  // beyond the caller's struct: must be ignored (SEQ_MAJOR)
+    const int before = launch_count();
+    CHECK(fa3jit_quantize_fp8(runtime(), &p, nullptr) == FA3JIT_OK);
+    CHECK(launch_count() == before + 3);  // the pre-pass's three launches
   }
   SECTION("an e4m3 input dtype is unsupported") {
     p.dtype = FA3JIT_DTYPE_E4M3;
