@@ -197,6 +197,16 @@ fa3jit::attention_fwd::Quant to_quant(int32_t value) {
                       value));
 }
 
+// params.v_layout of either struct (an fa3jit_v_layout).
+fa3jit::attention_fwd::VLayout to_v_layout(int32_t value) {
+  switch (value) {
+    case FA3JIT_V_LAYOUT_SEQ_MAJOR: return fa3jit::attention_fwd::VLayout::kSeqMajor;
+    case FA3JIT_V_LAYOUT_D_MAJOR: return fa3jit::attention_fwd::VLayout::kDMajor;
+  }
+  invalid(fmt::format("params.v_layout is {}; expected FA3JIT_V_LAYOUT_SEQ_MAJOR (0) or FA3JIT_V_LAYOUT_D_MAJOR (1)",
+                      value));
+}
+
 fa3jit::attention_fwd::ScaleView to_scale(const fa3jit_scale& s) {
   return fa3jit::attention_fwd::ScaleView{s.data, s.stride_batch, s.stride_head};
 }
@@ -287,13 +297,7 @@ fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) 
   args.window_right = params.window_right;
   args.softcap = params.softcap;
   args.sinks = params.sinks;
-  switch (params.v_layout) {
-    case FA3JIT_V_LAYOUT_SEQ_MAJOR: args.v_layout = fa3jit::attention_fwd::VLayout::kSeqMajor; break;
-    case FA3JIT_V_LAYOUT_D_MAJOR: args.v_layout = fa3jit::attention_fwd::VLayout::kDMajor; break;
-    default:
-      invalid(fmt::format("params.v_layout is {}; expected FA3JIT_V_LAYOUT_SEQ_MAJOR (0) or FA3JIT_V_LAYOUT_D_MAJOR (1)",
-                          params.v_layout));
-  }
+  args.v_layout = to_v_layout(params.v_layout);
   return args;
 }
 
@@ -326,10 +330,7 @@ QuantizeCall to_quantize_call(const fa3jit_quantize_params& caller) {
   std::memcpy(&params, &caller, std::min(caller.struct_size, sizeof(params)));
   params.struct_size = sizeof(params);
   QuantizeCall call;
-  if (params.v_layout != FA3JIT_V_LAYOUT_SEQ_MAJOR && params.v_layout != FA3JIT_V_LAYOUT_D_MAJOR)
-    invalid(fmt::format("params.v_layout is {}; expected FA3JIT_V_LAYOUT_SEQ_MAJOR (0) or FA3JIT_V_LAYOUT_D_MAJOR (1)",
-                        params.v_layout));
-  call.options.v_d_major = params.v_layout == FA3JIT_V_LAYOUT_D_MAJOR;
+  call.options.v_d_major = to_v_layout(params.v_layout) == fa3jit::attention_fwd::VLayout::kDMajor;
   call.args.dtype = to_dtype(enum_value(params.dtype), "dtype");
   if (params.hadamard != 0 && params.hadamard != 1)
     invalid(fmt::format("params.hadamard is {}; expected 0 or 1", params.hadamard));

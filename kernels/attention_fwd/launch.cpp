@@ -662,7 +662,8 @@ auto tile_tie(const TileDefaults& t) {
 
 struct ShapeClass {
   int dtype, out_dtype, quant, head_dim, head_dim_v, causal;
-  int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q, local, softcap, sinks, paged_gather
+  int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q, local, softcap, sinks, paged_gather,
+               // v_d_major (layout_bits)
   TileDefaults tile;  // the built-in tile of the class, or the tuning database's (tuned.h)
   bool operator<(const ShapeClass& o) const {
     return std::tuple_cat(std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout), tile_tie(tile)) <
@@ -764,18 +765,18 @@ Layout call_layout(const ForwardArgs& a, const CallShape& s) {
 // The tile a shape class runs (the tile table's; no allocation: the hot path calls it), memoised per thread for the
 // last class: variant_tile runs the budget checks for the tiles it narrows (head-dim pairs between the table's rows,
 // the gather layouts' register split), work that depends on the class alone.
-TileDefaults class_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& l) {
+TileDefaults class_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& l) {
   struct Memo {
-    int dtype = -1, head_dim = 0, head_dim_v = 0, bits = 0;
+    int dtype = -1, head_dim = 0, head_dim_v = 0, bits = 0, quant = -1;
     bool causal = false;
     TileDefaults tile{};
   };
   thread_local Memo memo;
   const int bits = layout_bits(l);
   if (memo.dtype != static_cast<int>(dtype) || memo.head_dim != head_dim || memo.head_dim_v != head_dim_v ||
-      memo.bits != bits || memo.causal != causal)
-    memo = Memo{static_cast<int>(dtype), head_dim, head_dim_v, bits, causal,
-                variant_tile(dtype, head_dim, head_dim_v, causal, l)};
+      memo.bits != bits || memo.quant != static_cast<int>(quant) || memo.causal != causal)
+    memo = Memo{static_cast<int>(dtype), head_dim, head_dim_v, bits, static_cast<int>(quant), causal,
+                variant_tile(dtype, head_dim, head_dim_v, causal, quant, l)};
   return memo.tile;
 }
 
@@ -810,7 +811,8 @@ std::optional<TileDefaults> class_tuned_tile(Runtime* runtime, int ordinal, cons
 ClassChoice choose_class(Runtime* runtime, const ForwardArgs& a, const CallShape& s, int ordinal) {
   Layout l = call_layout(a, s);
   const bool causal = s.causal;
-  TileDefaults tile = class_tile(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal, l);
+  TileDefaults tile =
+      class_tile(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal, a.quant, l);
   const int splits = resolve_splits(a, s, tile.block_m, tile.block_n, l.pack_gqa, ordinal);
   l.split_kv = splits > 1;
   if (!l.split_kv)

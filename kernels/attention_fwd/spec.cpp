@@ -357,7 +357,8 @@ Spec parse_spec(const json& doc) {
   variant.local = spec.local;
   variant.softcap = spec.softcap;
   variant.v_d_major = spec.v_layout == VLayout::kDMajor;
-  const TileDefaults defaults = variant_tile(spec.dtype, spec.head_dim, spec.head_dim_v, spec.causal, variant);
+  const TileDefaults defaults =
+      variant_tile(spec.dtype, spec.head_dim, spec.head_dim_v, spec.causal, spec.quant, variant);
   spec.fp32_two_level_accum = read_knob(doc, "fp32_two_level_accum", fp8 && defaults.fp32_two_level_accum);
   read_tile(doc, defaults, spec);
   spec.stages = doc.contains("stages") ? read_any_int(doc, "stages", "an integer in [2, 4]") : defaults.stages;
@@ -418,7 +419,7 @@ Spec default_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int h
   check_dtype(dtype);
   check_head_dims(dtype, head_dim, head_dim_v);
   const Spec spec = tiled_spec(dtype, out_dtype, quant, head_dim, head_dim_v, causal,
-                               variant_tile(dtype, head_dim, head_dim_v, causal, layout), layout);
+                               variant_tile(dtype, head_dim, head_dim_v, causal, quant, layout), layout);
   validate(spec);
   return spec;
 }

@@ -171,10 +171,11 @@ TileDefaults d_major_tile(int row, TileDefaults d) {
   return d;
 }
 
-TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& layout) {
+TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& layout) {
   if (layout.short_q) return decode_tile(dtype, head_dim, head_dim_v);
   TileDefaults d = default_tile(dtype, head_dim, head_dim_v, causal || layout.local);
-  if (dtype == DType::kE4m3 && layout.v_d_major && !layout.softcap && head_dim == head_dim_v &&
+  if (dtype == DType::kE4m3 && layout.v_d_major && quant != Quant::kPerBlock && !layout.softcap &&
+      head_dim == head_dim_v &&
       head_dim == tuned_row(head_dim))
     d = d_major_tile(head_dim, d);
   // (e4m3 + softcap spilled 528 bytes at FA3's d128 128x224; the table's 128x160 spills none, nor do the other

@@ -38,7 +38,9 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
 /// The tile of the kernel the runtime (or a spec leaving the tile out) picks for (dtype, head dims, causal,
 /// layout): the decode tile for layout.short_q, else the default tile of the mask (a sliding window takes the causal
 /// one); e4m3 with softcap narrows block_n where tanh's extra live values made FA3's widest fp8 tiles spill (ptxas).
-TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, const Layout& layout);
+/// e4m3 with layout.v_d_major takes the d_major rows, except with quant per_block: per-block descales are laid out by
+/// the transposing kernel's tile (fa3jit_attention_quant_blocks knows no V layout), so such a call keeps it.
+TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& layout);
 
 /// Tile of a call whose M tile holds at most 64 rows (a decode step, with or without pack_gqa): one consumer
 /// warpgroup of 64 rows, the key block and stages sized so about 128 KB of K/V are in flight per CTA, since

@@ -34,6 +34,7 @@ Layout layout_of_spec(const Spec& s) {
   l.local = s.local;
   l.softcap = s.softcap;
   l.sinks = s.sinks;
+  l.v_d_major = s.v_layout == VLayout::kDMajor;
   return l;
 }
 
@@ -66,6 +67,7 @@ std::string tune_class(DType dtype, DType out_dtype, Quant quant, int head_dim, 
   if (l.pack_gqa) bits.push_back("pack_gqa");
   if (l.softcap) bits.push_back("softcap");
   if (l.sinks) bits.push_back("sinks");
+  if (l.v_d_major) bits.push_back("v_d_major");
   if (causal && l.local) bits.push_back("local");
   if (!bits.empty()) token += fmt::format(" {}", fmt::join(bits, "+"));
   return token;

@@ -2,7 +2,7 @@
 // (jit/tune_db.h), which fields a recorded choice may set, and how the runtime's kernel choice reads them.
 //
 // A class is everything a call's kernel is chosen by except the tile: dtype, out_dtype, quant, head_dim, head_dim_v,
-// the mask and the layout bits (varlen_q, varlen_k, paged_kv, paged_gather, pack_gqa, softcap, sinks). split_kv is not
+// the mask and the layout bits (varlen_q, varlen_k, paged_kv, paged_gather, pack_gqa, softcap, sinks, v_d_major). split_kv is not
 // part of it: the runtime decides splits per call from the built-in tile, and tuned tiles apply to calls that do
 // not split (prefill), never to the decode tile (layout.short_q). A choice sets the tile fields of a spec: "tile"
 // (block_m, block_n), "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap", "cluster_m",

@@ -32,6 +32,9 @@ Geometry derive_geometry(const Spec& spec) {
   long long best_num = 0, best_den = 1;
   for (int c = 1; c <= kMaxCluster; ++c) {
     for (int w = kMinWarps; w <= max_warps; ++w) {
+      // v_layout d_major writes each V chunk as 32-key rows per channel (device/quantize.cuh: write_v_d_major): its
+      // v_rows_per_cta = 2048 w / head_dim_v keys must be a multiple of 32, i.e. w a multiple of head_dim_v / 64.
+      if (spec.v_d_major && w % std::max(1, spec.head_dim_v / 64) != 0) continue;
       const int slots = c * w;
       if (slots < std::max(wq, wk)) continue;
       const long long num = 32LL * (idle_warps(slots, wq) + idle_warps(slots, wk)) + static_cast<long long>(c - 1) * slots;

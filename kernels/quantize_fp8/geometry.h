@@ -13,7 +13,8 @@
 // the fewest warps over both.
 //
 // V (no rotation): head_dim_v / 8 lanes per row, 8 channels (one 16-byte load) per lane; a CTA covers
-// v_rows_per_cta tokens of one (batch, kv head) in kVSteps steps of num_threads * 8 / head_dim_v rows.
+// v_rows_per_cta tokens of one (batch, kv head) in kVSteps steps of num_threads * 8 / head_dim_v rows (with v_layout
+// d_major a multiple of 32: the warp count is then a multiple of head_dim_v / 64).
 #pragma once
 
 #include "kernels/quantize_fp8/spec.h"

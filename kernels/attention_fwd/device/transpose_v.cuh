@@ -10,7 +10,7 @@
 // Key order inside every 16 keys: P's A fragment is packed straight from the S accumulator (mainloop.cuh:
 // convert_p), which puts the probability of key 2q, 2q+1, 2q+8, 2q+9 (q = lane % 4) at k positions 4q..4q+3.
 // So the V stage stores key p of each group of 16 at position fp8_key_position(p) = 4*((p&7)>>1) + (p&1) +
-// 2*((p>>3)&1) (params.h; a d_major V comes in this order, launch.h): the keys are
+// 2*((p>>3)&1) (device/fp8_v_layout.h; a d_major V comes in this order, launch.h): the keys are
 // summed over, so relabelling them together in P and V changes nothing and saves the register shuffles of P.
 //
 // One unit of work is 16 keys x 32 channels. ldmatrix.x4.trans reads its four 8x8 matrices of byte pairs

@@ -263,6 +263,7 @@ __device__ __forceinline__ void v_channel_amax(const Params& p, float (*s_vmax)[
 /// (one sector).
 template <class Cfg>
 __device__ __forceinline__ void write_v_d_major(const Params& p, const uint8_t* chunk, char* out, int start) {
+  static_assert(Cfg::kVRowsPerCta % 32 == 0, "whole 32-key rows per chunk (geometry.cpp: the d_major warp counts)");
   const int keys = static_cast<int>(attention_fwd::d_major_keys(p.seqlen_k)) - start;
   const int groups16 = min(Cfg::kVRowsPerCta, keys) / 16;
   const int items = Cfg::kHeadDimV * ((groups16 + 1) / 2);

@@ -122,10 +122,6 @@ typedef enum fa3jit_quant {
   FA3JIT_QUANT_PER_BLOCK = 2  /* e4m3: one per row block of q and k, one per (kv head, channel) of v */
 } fa3jit_quant;
 
-/* A (batch, seqlen, heads, dim) tensor in device memory. The dim axis is contiguous (stride 1); the other
- * strides are in ELEMENTS (not bytes), may be anything (e.g. views into a fused qkv buffer) but must be
- * multiples of 16 bytes, and the base pointer must be 16-byte aligned: the kernel loads through TMA
- * (PTX ISA "Tensor copy", cuTensorMapEncodeTiled). */
 /* How v is laid out (spec field "v_layout", kernels/attention_fwd/spec.h). Stored in an int32_t field. */
 typedef enum fa3jit_v_layout {
   FA3JIT_V_LAYOUT_SEQ_MAJOR = 0, /* (batch, seqlen_k, num_heads_kv, head_dim_v), FlashAttention's layout */
@@ -134,6 +130,10 @@ typedef enum fa3jit_v_layout {
                                   * tensor's stride_seq is the stride between channels (fa3jit_forward_params.v) */
 } fa3jit_v_layout;
 
+/* A (batch, seqlen, heads, dim) tensor in device memory. The dim axis is contiguous (stride 1); the other
+ * strides are in ELEMENTS (not bytes), may be anything (e.g. views into a fused qkv buffer) but must be
+ * multiples of 16 bytes, and the base pointer must be 16-byte aligned: the kernel loads through TMA
+ * (PTX ISA "Tensor copy", cuTensorMapEncodeTiled). */
 typedef struct fa3jit_tensor {
   void* data;
   int64_t stride_batch;
@@ -352,19 +352,19 @@ FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const
 FA3JIT_API fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3jit_forward_params* params,
                                                          size_t* bytes);
 
+/* The order of a D_MAJOR v (fa3jit_v_layout): positions[j] is where key j (0..15) of every aligned group of 16 keys is
+ * stored, the order in which the E4M3 kernel packs its probabilities for the tensor cores
+ * (kernels/attention_fwd/device/fp8_v_layout.h: fp8_key_position). Errors: INVALID_ARGUMENT (positions NULL). */
+FA3JIT_API fa3jit_status fa3jit_fp8_key_positions(int32_t positions[16]);
+
 /* The row blocks of PER_BLOCK descales (fa3jit_scale): *block_m query rows per q_descale entry, *block_n key rows
  * per k_descale entry, for the E4M3 kernel that a call runs: `kernel`'s spec when given (head_dim and causal are
- * then ignored), else the tile table's E4M3 kernel for (head_dim, causal) with v SEQ_MAJOR (a D_MAJOR call runs
- * a tile of its own: ask with its kernel). A call with causal = 1 and
+ * then ignored), else the tile table's E4M3 kernel for (head_dim, causal), whichever the V layout (a D_MAJOR call
+ * with PER_BLOCK descales keeps the SEQ_MAJOR kernel's tile for this reason; with PER_HEAD it may run another). A call with causal = 1 and
  * seqlen_q = 1 runs the non-causal kernel (no key is hidden from a single bottom-right aligned row): ask with
  * causal = 0 for it. Needs no GPU and no runtime.
  * Errors: INVALID_ARGUMENT (block_m or block_n NULL, causal not 0 or 1, a stale kernel handle or one of another
  *   family, a head_dim that E4M3 does not support: the message lists the supported ones). */
-/* The order of a D_MAJOR v (fa3jit_v_layout): positions[j] is where key j (0..15) of every aligned group of 16 keys is
- * stored, the order in which the E4M3 kernel packs its probabilities for the tensor cores
- * (kernels/attention_fwd/params.h: fp8_key_position). Errors: INVALID_ARGUMENT (positions NULL). */
-FA3JIT_API fa3jit_status fa3jit_fp8_key_positions(int32_t positions[16]);
-
 FA3JIT_API fa3jit_status fa3jit_attention_quant_blocks(const fa3jit_kernel* kernel, int64_t head_dim, int32_t causal,
                                                        int32_t* block_m, int32_t* block_n);
 

@@ -110,7 +110,5 @@ TEST_CASE("an e4m3 kernel with V given transposed (d_major) has no V transpose",
     CHECK(transposes == !d_major);
     CHECK(cfg.v_stage == (d_major ? af::kVStageDMajor : af::kVStageTransposed));
     if (d_major) CHECK(cfg.producer_registers == 24);
-    // The d_major V arrives in boxes of 32 keys: block_n / 32 TMA loads per V stage beside K's column block.
-    if (d_major) CHECK(sass.find("UTMALDG.4D") != std::string::npos);
   }
 }

@@ -1069,6 +1069,23 @@ TEST_CASE("quantize spec field v_layout: d_major names its own kernel and shares
   const qf::Geometry g = qf::derive_geometry(d_major);
   CHECK(g.smem_bytes >= g.v_rows_per_cta * d_major.head_dim_v);
   CHECK(g.smem_bytes <= 48 * 1024);
+  // Every d_major geometry writes whole 32-key rows per V chunk (write_v_d_major's static_assert), whatever the
+  // Q/K block sizes make of the warp count.
+  for (int d : {64, 128, 256})
+    for (int dv : {64, 128, 256})
+      for (qf::Rope rope : {qf::Rope::kNone, qf::Rope::kNeox})
+        for (int qr = 16; qr <= 256; qr += 16)
+          for (int kr : {16, 96, 128, 160, 192, 224, 256}) {
+            qf::Spec spec = qf::default_spec(DType::kBf16, d, dv);
+            spec.rope = rope;
+            spec.q_block_rows = qr;
+            spec.k_block_rows = kr;
+            spec.v_d_major = true;
+            const qf::Geometry gd = qf::derive_geometry(spec);
+            INFO(qf::spec_summary(spec));
+            CHECK(gd.v_rows_per_cta % 32 == 0);
+            CHECK(gd.smem_bytes <= 48 * 1024);
+          }
   try {
     qf::parse_spec(std::string(R"({"dtype":"bf16","head_dim":128,"v_layout":"transposed"})"));
     FAIL("accepted v_layout \"transposed\"");

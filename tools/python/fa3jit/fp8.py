@@ -285,9 +285,10 @@ def flash_attn_fp8_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] =
     1 / sqrt(head_dim). causal: bottom-right aligned, as flash_attn_func. hadamard, seed, rope: as quantize_fp8
     (with rope the attention is over the rotated-position q and k).
     out: None, or a (batch, seqlen_q, num_heads, head_dim_v) tensor of q's dtype on q's device.
-    v_layout: "d_major" (default): the pre-pass writes V transposed and the e4m3 kernel (spec field v_layout
-    "d_major", its own tile) reads it without a V transpose; "seq_major": the tile table's kernel, which
-    transposes V in shared memory. Both compute the same sums (bench/NOTES.md has their speeds).
+    v_layout: "d_major" (default): the pre-pass writes V transposed and the e4m3 kernel with spec field v_layout
+    "d_major" reads it without a V transpose (a call with seqlen_q <= 64 runs the tile table's decode kernel with V
+    as it is instead); "seq_major": the tile table's kernel, which transposes V in shared memory. Both tiles are
+    the transposing kernel's (per-block descales), so both compute the same sums (bench/NOTES.md).
 
     Returns out in q's dtype (the e4m3 kernel's out_dtype), or (out, lse) when return_lse: lse float32 (batch,
     num_heads, seqlen_q), natural log of the sum of exp(softmax_scale * q.k) over visible keys (q, k as
@@ -303,7 +304,11 @@ def flash_attn_fp8_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] =
         return _attention.flash_attn_func(q, k, v, softmax_scale, causal, return_lse, out)
     if v_layout not in _V_LAYOUTS:
         raise ValueError(f"v_layout is {v_layout!r}; expected one of {', '.join(map(repr, _V_LAYOUTS))}")
-    kernel = _d_major_kernel(head_dim, causal, q.dtype) if v_layout == "d_major" else None
+    # A decode-shaped call (seqlen_q <= 64) takes the tile table's own kernel choice (the decode tile), which a
+    # pinned d_major kernel would bypass.
+    d_major = v_layout == "d_major" and seqlen_q > 64
+    v_layout = "d_major" if d_major else "seq_major"
+    kernel = _d_major_kernel(head_dim, head_dim_v, causal, q.dtype) if d_major else None
     block_m, block_n = _attention._quant_blocks(head_dim, causal and seqlen_q > 1, kernel)
     q8, k8, v8, q_descale, k_descale, v_descale = quantize_fp8(q, k, v, hadamard=hadamard, seed=seed, rope=rope,
                                                                block_m=block_m, block_n=block_n, v_layout=v_layout)
@@ -312,23 +317,23 @@ def flash_attn_fp8_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] =
                                       out_dtype=q.dtype)
 
 
-_d_major_kernels: dict = {}  # (head_dim, causal, out dtype) -> the process runtime's d_major e4m3 Kernel
+_d_major_kernels: dict = {}  # (head_dim, head_dim_v, causal, out dtype) -> the process runtime's d_major Kernel
 
 
-def _d_major_kernel(head_dim: int, causal: bool, out_dtype: Any) -> _capi.Kernel:
+def _d_major_kernel(head_dim: int, head_dim_v: int, causal: bool, out_dtype: Any) -> _capi.Kernel:
     """The e4m3 per_block kernel with v_layout d_major for a class, its tile from the tile table (spec.h: the
-    fields left out), made once per process."""
-    key = (head_dim, causal, out_dtype)
+    fields left out; per_block keeps the transposing kernel's tile, tile_table.h), made once per process."""
+    key = (head_dim, head_dim_v, causal, out_dtype)
     kernel = _d_major_kernels.get(key)
     if kernel is None:
         out_name = "bf16" if out_dtype == _attention._torch.bfloat16 else "fp16"
-        kernel = _d_major_kernels[key] = _capi.Kernel({"dtype": "e4m3", "head_dim": head_dim, "causal": causal,
-                                                       "quant": "per_block", "out_dtype": out_name,
+        kernel = _d_major_kernels[key] = _capi.Kernel({"dtype": "e4m3", "head_dim": head_dim, "head_dim_v": head_dim_v,
+                                                       "causal": causal, "quant": "per_block", "out_dtype": out_name,
                                                        "v_layout": "d_major"})
     return kernel
 
 
-_key_order: Any = None  # per device type: the int64 index tensor of v_to_d_major (from fa3jit_fp8_key_positions)
+_key_order: Any = None  # v_to_d_major's source key of each position (a list, from fa3jit_fp8_key_positions)
 
 
 def v_to_d_major(v: Any) -> "torch.Tensor":
