@@ -201,6 +201,12 @@ FORWARD_PARAMS_SIZE_BEFORE_V_LAYOUT = ForwardParams.v_layout.offset
 V_LAYOUT_SEQ_MAJOR, V_LAYOUT_D_MAJOR = 0, 1  # fa3jit_v_layout
 
 
+def d_major_keys(seqlen_k: Any) -> Any:
+    """Keys per row of a d_major V: seqlen_k rounded up to a whole group of 16 (kernels/attention_fwd/device/
+    fp8_v_layout.h: d_major_keys). Works on symbolic sizes too."""
+    return (seqlen_k + 15) // 16 * 16
+
+
 # The per-call fields of ForwardParams, dtype through softmax_scale, for struct.pack_into at PARAMS_CALL_OFFSET:
 # native ("@") alignment pads exactly as the C compiler does. The hot path of flash_attn_func writes a whole
 # call with one pack_into into a per-thread ForwardParams (several times cheaper than setting ctypes fields);

@@ -233,7 +233,7 @@ def _check_meta(q: Any, k: Any, v: Any, out: Any = None, descales: Tuple[Any, An
               lambda: f"k has shape {tuple(k.shape)}; expected (batch, seqlen_k, num_heads_kv, head_dim) to match "
                       f"q {tuple(q.shape)}")
     if _v_d_major(kernel_spec):
-        expected_v = (k.shape[0], k.shape[2], v.shape[2], (k.shape[1] + 15) // 16 * 16)
+        expected_v = (k.shape[0], k.shape[2], v.shape[2], _capi.d_major_keys(k.shape[1]))
         for dim in (0, 1, 3):
             check(v.shape[dim] == expected_v[dim],
                   lambda: f"v has shape {tuple(v.shape)}; the kernel's v_layout is d_major, which expects (batch, "

@@ -485,10 +485,10 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
         raise ValueError(f"k has shape {tuple(k.shape)}; expected (batch={batch}, seqlen_k, num_heads_kv, "
                          f"head_dim={head_dim}) to match q {tuple(q.shape)}")
     if v_d_major:
-        if batch_v != batch or num_heads_v != num_heads_kv or keys_v != (seqlen_k + 15) // 16 * 16:
+        if batch_v != batch or num_heads_v != num_heads_kv or keys_v != _capi.d_major_keys(seqlen_k):
             raise ValueError(f"v has shape {tuple(v.shape)}; the kernel's v_layout is d_major, which expects "
                              f"(batch={batch}, num_heads_kv={num_heads_kv}, head_dim_v, seqlen_k={seqlen_k} rounded "
-                             f"up to 16 = {(seqlen_k + 15) // 16 * 16}) (fa3jit.v_to_d_major)")
+                             f"up to 16 = {_capi.d_major_keys(seqlen_k)}) (fa3jit.v_to_d_major)")
     elif batch_v != batch_k or seqlen_v != seqlen_k or num_heads_v != num_heads_kv:
         raise ValueError(f"v has shape {tuple(v.shape)}; its first three dimensions must equal k's "
                          f"{tuple(k.shape[:3])}")

@@ -236,7 +236,7 @@ def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
     q8 = torch.empty(q.shape, dtype=float8, device=device)
     k8 = torch.empty(k.shape, dtype=float8, device=device)
     d_major = v_layout == "d_major"
-    v8_shape = (batch, num_heads_kv, head_dim_v, (seqlen_k + 15) // 16 * 16) if d_major else v.shape
+    v8_shape = (batch, num_heads_kv, head_dim_v, _capi.d_major_keys(seqlen_k)) if d_major else v.shape
     v8 = torch.empty(v8_shape, dtype=float8, device=device)
     q_descale = torch.empty((batch, num_heads, -(-seqlen_q // block_m)), dtype=float32, device=device)
     k_descale = torch.empty((batch, num_heads_kv, -(-seqlen_k // block_n)), dtype=float32, device=device)
@@ -352,7 +352,7 @@ def v_to_d_major(v: Any) -> "torch.Tensor":
     if v.dim() != 4:
         raise ValueError(f"v has shape {tuple(v.shape)}; expected {_LAYOUTS['v']}")
     batch, seqlen_k, num_heads_kv, head_dim_v = v.shape
-    keys = (seqlen_k + 15) // 16 * 16
+    keys = _capi.d_major_keys(seqlen_k)
     if _key_order is None:
         positions = _capi.fp8_key_positions()
         inverse = [0] * 16
