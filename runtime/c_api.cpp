@@ -225,16 +225,21 @@ void copy_string(char (&destination)[N], const std::string& source, const char* 
   std::memcpy(destination, source.c_str(), source.size() + 1);
 }
 
-// The caller's params as this header's struct: an older caller's bytes (kOlderForwardParams) and the defaults of
+// The caller's struct as this header's: an older caller's bytes (one of the sizes in `older`) over the defaults (`init`) of
 // the fields it does not know. Reads no byte past the caller's struct_size.
+template <class T, size_t N>
+T current_struct(const T& caller, const char* name, const std::array<OlderSize, N>& older, void (*init)(T*)) {
+  check_struct_size(&caller, name, true, older);
+  if (caller.struct_size >= sizeof(T)) return caller;
+  T current;
+  init(&current);
+  std::memcpy(&current, &caller, caller.struct_size);  // one of `older`'s sizes
+  current.struct_size = sizeof(current);
+  return current;
+}
+
 fa3jit_forward_params current_params(const fa3jit_forward_params& caller) {
-  check_struct_size(&caller, "fa3jit_forward_params", true, kOlderForwardParams);
-  if (caller.struct_size >= sizeof(fa3jit_forward_params)) return caller;
-  fa3jit_forward_params params;
-  fa3jit_forward_params_init(&params);
-  std::memcpy(&params, &caller, caller.struct_size);  // one of kOlderForwardParams' sizes
-  params.struct_size = sizeof(params);
-  return params;
+  return current_struct(caller, "fa3jit_forward_params", kOlderForwardParams, &fa3jit_forward_params_init);
 }
 
 // The two enum-like serving fields, range-checked as C integers (the launch path takes them as they are).
@@ -324,11 +329,8 @@ constexpr std::array<OlderSize, 1> kOlderQuantizeParams{{
 }};
 
 QuantizeCall to_quantize_call(const fa3jit_quantize_params& caller) {
-  check_struct_size(&caller, "fa3jit_quantize_params", true, kOlderQuantizeParams);
-  fa3jit_quantize_params params;  // an older caller's bytes over the defaults of the fields it does not know
-  fa3jit_quantize_params_init(&params);
-  std::memcpy(&params, &caller, std::min(caller.struct_size, sizeof(params)));
-  params.struct_size = sizeof(params);
+  const fa3jit_quantize_params params =
+      current_struct(caller, "fa3jit_quantize_params", kOlderQuantizeParams, &fa3jit_quantize_params_init);
   QuantizeCall call;
   call.options.v_d_major = to_v_layout(params.v_layout) == fa3jit::attention_fwd::VLayout::kDMajor;
   call.args.dtype = to_dtype(enum_value(params.dtype), "dtype");

@@ -334,6 +334,7 @@ def _d_major_kernel(head_dim: int, head_dim_v: int, causal: bool, out_dtype: Any
 
 
 _key_order: Any = None  # v_to_d_major's source key of each position (a list, from fa3jit_fp8_key_positions)
+_key_order_tensors: dict = {}  # device -> that list as an int64 tensor, made once per device (no copy per call)
 
 
 def v_to_d_major(v: Any) -> "torch.Tensor":
@@ -359,7 +360,9 @@ def v_to_d_major(v: Any) -> "torch.Tensor":
         for j, position in enumerate(positions):
             inverse[position] = j  # position p holds key inverse[p]
         _key_order = inverse
-    order = torch.tensor(_key_order, dtype=torch.int64, device=v.device)
+    order = _key_order_tensors.get(v.device)
+    if order is None:
+        order = _key_order_tensors[v.device] = torch.tensor(_key_order, dtype=torch.int64, device=v.device)
     raw = v.view(torch.uint8) if v.element_size() == 1 else v
     natural = raw.new_zeros((batch, num_heads_kv, head_dim_v, keys))
     natural[..., :seqlen_k] = raw.permute(0, 2, 3, 1)
