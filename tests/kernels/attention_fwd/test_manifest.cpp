@@ -294,9 +294,11 @@ TEST_CASE("warm_manifest takes a kernel another process is compiling last, after
   CHECK_FALSE(runtime.cache().stored(key));
   CHECK(warmed.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);  // waiting on the first
   ::close(fd);  // the other process is gone without publishing: this one compiles it
-  CHECK_FALSE(runtime.compiling_elsewhere(busy));
+  // (No compiling_elsewhere check here: the warm-up's own compile of the key takes the lock at once, and a probe
+  // from this thread sees that lock as held just as it saw the other process's.)
   CHECK(warmed.get() == kernels.size());
   CHECK(runtime.cache().stored(key));
+  CHECK_FALSE(runtime.compiling_elsewhere(busy));  // the warm-up released the lock with its entry published
   std::filesystem::remove_all(dir);
 }
 
