@@ -1,6 +1,8 @@
 #include "core/workers.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -17,6 +19,37 @@ size_t run_workers(size_t jobs, const std::function<void()>& worker) noexcept {
   worker();
   for (std::thread& t : threads) t.join();
   return threads.size() + 1;
+}
+
+size_t run_deferring(size_t count, size_t jobs, const std::function<bool(size_t)>& busy,
+                     const std::function<void(size_t)>& work, const std::function<bool()>& stop) noexcept {
+  std::mutex mu;
+  std::vector<size_t> deferred;
+  size_t ran = 0;
+  // One pass over order[0, n): items taken from a shared counter; the first pass defers the busy ones.
+  auto pass = [&](const size_t* order, size_t n, bool defer_busy) {
+    if (n == 0) return;
+    std::atomic<size_t> next{0};
+    ran = std::max(ran, run_workers(std::clamp<size_t>(jobs, 1, n), [&]() noexcept {
+      for (size_t k = next++; k < n && !stop(); k = next++) {
+        const size_t i = order == nullptr ? k : order[k];
+        if (defer_busy && busy(i)) {
+          try {
+            std::lock_guard<std::mutex> lock(mu);
+            deferred.push_back(i);
+            continue;
+          } catch (...) {
+            // No memory to remember it: run it now instead (waiting on the other process's compile).
+          }
+        }
+        work(i);
+      }
+    }));
+  };
+  pass(nullptr, count, true);
+  const std::vector<size_t> second = std::move(deferred);
+  pass(second.data(), second.size(), false);
+  return ran;
 }
 
 size_t background_compile_jobs() noexcept {

@@ -11,6 +11,15 @@ namespace fa3jit {
 /// ran. `worker` must not throw; it usually takes items from a shared atomic counter until none are left.
 size_t run_workers(size_t jobs, const std::function<void()>& worker) noexcept;
 
+/// Runs work(i) for every i in [0, count) on up to `jobs` workers (run_workers), in two passes: the first leaves
+/// every i for which busy(i) is true (its kernel is being compiled by another process sharing the cache directory)
+/// for the second, which runs them after all the others, by then mostly published by that process. So processes
+/// warming the same kernels split them instead of waiting on each other. Each i runs exactly once. Once stop()
+/// is true no further item is taken. busy and work must not throw. Returns how many worker threads ran (the most
+/// of the two passes).
+size_t run_deferring(size_t count, size_t jobs, const std::function<bool(size_t)>& busy,
+                     const std::function<void(size_t)>& work, const std::function<bool()>& stop) noexcept;
+
 /// Compile workers for warming kernels inside a process that also serves: half the hardware threads, 1 to 8, so a
 /// background warm-up leaves the serving threads CPU to run on.
 size_t background_compile_jobs() noexcept;

@@ -259,39 +259,28 @@ size_t warm_manifest(Runtime& runtime, const json& manifest, size_t jobs) {
   const std::vector<ManifestKernel> kernels = manifest_kernels(manifest, &runtime);
   std::atomic<size_t> compiled{0};
   std::atomic<bool> failed{false};
-  std::mutex mu;  // guards error and deferred
+  std::mutex mu;  // guards error
   std::exception_ptr error;
-  std::vector<size_t> deferred;  // kernels another process was compiling when their turn came
-  // Two passes: the first leaves a kernel that another process sharing the cache directory is compiling (ranks
-  // warming one manifest) for later, so the processes split the work instead of waiting on each other; the second
-  // prepares those, by then mostly published (a disk hit) or waited for.
-  auto pass = [&](const std::vector<size_t>& order, bool defer_busy) {
-    std::atomic<size_t> next{0};
-    auto worker = [&]() noexcept {
-      for (size_t n = next++; n < order.size() && !failed; n = next++) {
-        const size_t i = order[n];
+  // A kernel another process sharing the cache directory is compiling (ranks warming one manifest) comes last.
+  run_deferring(
+      kernels.size(), jobs == 0 ? background_compile_jobs() : jobs,
+      [&](size_t i) noexcept {
         try {
-          const KernelRequest request = request_for(split_spec_document(kernels[i].spec));
-          if (defer_busy && runtime.compiling_elsewhere(request)) {
-            std::lock_guard<std::mutex> lock(mu);
-            deferred.push_back(i);
-            continue;
-          }
-          if (!runtime.prepare(request).cache_hit) ++compiled;
+          return runtime.compiling_elsewhere(request_for(split_spec_document(kernels[i].spec)));
+        } catch (...) {
+          return false;  // its error comes from work
+        }
+      },
+      [&](size_t i) noexcept {
+        try {
+          if (!runtime.prepare(request_for(split_spec_document(kernels[i].spec))).cache_hit) ++compiled;
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           if (!error) error = std::current_exception();  // the first failure; the others stop taking kernels
           failed = true;
         }
-      }
-    };
-    if (!order.empty())
-      run_workers(std::clamp<size_t>(jobs == 0 ? background_compile_jobs() : jobs, 1, order.size()), worker);
-  };
-  std::vector<size_t> all(kernels.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  pass(all, true);
-  if (!failed) pass(std::vector<size_t>(deferred), false);
+      },
+      [&]() noexcept { return failed.load(); });
   if (error) std::rethrow_exception(error);
   return compiled;
 }

@@ -120,6 +120,23 @@ expect 0 'removed 2 entries' "$fa3jit" cache clear
 mkdir "$work/shared" && chmod 777 "$work/shared"
 expect 2 'nothing was written to disk' "$fa3jit" cache warm "$spec" --cache-dir "$work/shared"
 
+# 6. A kernel another process is compiling (its lock file held) is warmed after the others, then read or compiled.
+if command -v flock >/dev/null; then
+  other="$root/configs/fp16_d64.json"
+  busy_key=$("$fa3jit" compile "$spec" --cache-dir "$work/keys" 2>&1 | awk '/^cache key/ {print $3}')
+  mkdir -m 700 "$work/ranks"
+  (flock -x 9 && touch "$work/held" && sleep 4) 9>"$work/ranks/.lock-$busy_key" &
+  holder=$!
+  for _ in $(seq 100); do [[ -e "$work/held" ]] && break; sleep 0.1; done
+  out=$(timeout 60 "$fa3jit" cache warm "$spec" "$other" -j 1 --cache-dir "$work/ranks" 2>&1)
+  wait $holder
+  order=$(grep -E '^(built|hit) ' <<<"$out" | awk '{print $NF}' | xargs -n1 basename | tr '\n' ' ')
+  [[ $order == "fp16_d64.json bf16_d64.json " ]] ||
+    fail "cache warm did not take the kernel being compiled elsewhere last (order: $order): $out"
+else
+  echo "cli tests: flock(1) not installed; the deferral case is skipped"
+fi
+
 if ((failures)); then
   echo "cli tests: $failures failed" >&2
   exit 1

@@ -39,3 +39,38 @@ TEST_CASE("background_compile_jobs leaves half the hardware threads to the serve
   const unsigned hardware = std::thread::hardware_concurrency();
   if (hardware >= 2) CHECK(jobs <= hardware / 2);
 }
+
+TEST_CASE("run_deferring runs every item once, the busy ones after all the others", "[workers]") {
+  for (size_t jobs : {1, 3}) {
+    INFO("jobs " << jobs);
+    constexpr size_t kCount = 10;
+    std::atomic<int> runs[kCount] = {};
+    std::atomic<size_t> done{0};
+    std::atomic<size_t> others_done_when_busy_ran{kCount};
+    auto busy = [](size_t i) noexcept { return i == 0 || i == 7; };
+    run_deferring(
+        kCount, jobs, busy,
+        [&](size_t i) noexcept {
+          ++runs[i];
+          if (busy(i)) {
+            const size_t seen = done.load();
+            size_t low = others_done_when_busy_ran.load();
+            while (seen < low && !others_done_when_busy_ran.compare_exchange_weak(low, seen)) {}
+          }
+          ++done;
+        },
+        []() noexcept { return false; });
+    for (size_t i = 0; i < kCount; ++i) CHECK(runs[i] == 1);
+    // The second pass starts once the first has joined: every non-busy item was done before any busy one ran.
+    CHECK(others_done_when_busy_ran == kCount - 2);
+  }
+  // stop(): no item is taken once it is true (here after the third).
+  std::atomic<size_t> ran{0};
+  run_deferring(
+      100, 1, [](size_t i) noexcept { return i % 2 == 0; }, [&](size_t) noexcept { ++ran; },
+      [&]() noexcept { return ran >= 3; });
+  CHECK(ran == 3);
+  CHECK(run_deferring(0, 4, [](size_t) noexcept { return false; }, [](size_t) noexcept {}, []() noexcept {
+          return false;
+        }) == 0);
+}

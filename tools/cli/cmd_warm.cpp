@@ -1,7 +1,9 @@
 // `fa3jit cache warm`: compile specs, and the kernels of serving manifests (kernels/attention_fwd/manifest.h), into
 // the cubin cache ahead of time, several at once.
 // NVRTC compiles independent programs concurrently, and the cache compiles each key once even when two
-// specs resolve to the same kernel (cubin_cache.h).
+// specs resolve to the same kernel (cubin_cache.h). A kernel another process sharing the cache directory is
+// compiling is warmed after all the others (core/workers.h: run_deferring, as warm_manifest does), so ranks warming
+// the same manifest split it instead of waiting on each other.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -130,33 +132,41 @@ int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
   for (const std::string& line : errors) fmt::print("{}\n", line);
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   const size_t jobs = std::max<size_t>(1, std::min<size_t>(items.size(), options.jobs > 0 ? options.jobs : hardware));
-  std::atomic<size_t> next{0};
   std::atomic<size_t> failures{errors.size()};
   std::mutex print_mu;
-  auto worker = [&]() noexcept {
-    for (size_t i = next++; i < items.size(); i = next++) {
-      Outcome outcome;
-      try {
-        outcome = warm_one(runtime, items[i]);
-      } catch (...) {  // only when even the error line could not be built (host memory exhausted)
-        outcome = Outcome{};
+  // Whether another process sharing the cache directory is compiling item i's kernel (ranks warming one manifest):
+  // then it is warmed after all the others (run_deferring), by when that process has mostly published it.
+  auto busy = [&](size_t i) noexcept {
+    try {
+      const Item& item = items[i];
+      return runtime.compiling_elsewhere(
+          request_for(item.spec ? split_spec_document(*item.spec) : load_spec_document(item.file)));
+    } catch (...) {
+      return false;  // warm_one reports it
+    }
+  };
+  auto work = [&](size_t i) noexcept {
+    Outcome outcome;
+    try {
+      outcome = warm_one(runtime, items[i]);
+    } catch (...) {  // only when even the error line could not be built (host memory exhausted)
+      outcome = Outcome{};
+    }
+    if (!outcome.ok) ++failures;
+    try {
+      std::lock_guard<std::mutex> lock(print_mu);
+      if (outcome.line.empty()) {
+        std::fputs("error (a spec failed; out of host memory for its message)\n", stdout);
+      } else {
+        fmt::print("{}\n", outcome.line);
       }
-      if (!outcome.ok) ++failures;
-      try {
-        std::lock_guard<std::mutex> lock(print_mu);
-        if (outcome.line.empty()) {
-          std::fputs("error (a spec failed; out of host memory for its message)\n", stdout);
-        } else {
-          fmt::print("{}\n", outcome.line);
-        }
-      } catch (...) {
-        // A failed write to stdout sets its error flag; main() reports it and exits 2.
-      }
+    } catch (...) {
+      // A failed write to stdout sets its error flag; main() reports it and exits 2.
     }
   };
   // The calling thread is one of the workers; a thread that cannot be started means fewer workers, never an abort.
-  const size_t ran = run_workers(jobs, worker);
-  if (ran < jobs)
+  const size_t ran = run_deferring(items.size(), jobs, busy, work, []() noexcept { return false; });
+  if (ran < jobs && !items.empty())
     fmt::print(stderr, "fa3jit: warning: could start only {} of {} worker threads; compiled with {}\n", ran, jobs, ran);
   const CubinCache& cache = runtime.cache();
   const size_t warmed = items.size() + errors.size() - failures;
