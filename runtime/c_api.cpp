@@ -211,8 +211,12 @@ fa3jit::attention_fwd::ScaleView to_scale(const fa3jit_scale& s) {
   return fa3jit::attention_fwd::ScaleView{s.data, s.stride_batch, s.stride_head};
 }
 
-fa3jit::TensorView to_view(const fa3jit_tensor& t, const char* name) {
-  if (t.data == nullptr) invalid(fmt::format("params.{}.data is NULL; expected a device pointer", name));
+// Tensors are required (a device pointer) for a launch; fa3jit_attention_plan reads only the shapes and may take NULL.
+enum class Tensors { kRequired, kOptional };
+
+fa3jit::TensorView to_view(const fa3jit_tensor& t, const char* name, Tensors tensors = Tensors::kRequired) {
+  if (t.data == nullptr && tensors == Tensors::kRequired)
+    invalid(fmt::format("params.{}.data is NULL; expected a device pointer", name));
   return fa3jit::TensorView{t.data, t.stride_batch, t.stride_seq, t.stride_head};
 }
 
@@ -251,7 +255,7 @@ void check_serving_options(const fa3jit_forward_params& params) {
     invalid(fmt::format("params.pack_gqa is {}; expected -1 (the heuristic), 0 (off) or 1 (on)", params.pack_gqa));
 }
 
-fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) {
+fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller, Tensors tensors = Tensors::kRequired) {
   const fa3jit_forward_params params = current_params(caller);
   if (params.causal != 0 && params.causal != 1) invalid(fmt::format("params.causal is {}; expected 0 or 1", params.causal));
   if (!std::isfinite(params.softmax_scale))
@@ -272,10 +276,10 @@ fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller) 
   args.num_heads_kv = params.num_heads_kv;
   args.head_dim = params.head_dim;
   args.head_dim_v = params.head_dim_v;
-  args.q = to_view(params.q, "q");
-  args.k = to_view(params.k, "k");
-  args.v = to_view(params.v, "v");
-  args.out = to_view(params.out, "out");
+  args.q = to_view(params.q, "q", tensors);
+  args.k = to_view(params.k, "k", tensors);
+  args.v = to_view(params.v, "v", tensors);
+  args.out = to_view(params.out, "out", tensors);
   args.lse = params.lse;
   args.softmax_scale = params.softmax_scale;
   args.causal = params.causal != 0;
@@ -456,6 +460,29 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
     // Without a split nothing else is read (workspace_size's contract: 0 without a KV split), so that sizing the
     // workspace of such a call needs no tensors and no driver, as before the serving fields.
     *bytes = current.num_splits == 1 ? 0 : fa3jit::attention_fwd::workspace_size(to_args(current));
+  });
+}
+
+fa3jit_status fa3jit_attention_plan(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
+                                    const fa3jit_forward_params* params, fa3jit_call_plan* plan) {
+  return guarded("fa3jit_attention_plan", [&] {
+    check_runtime(runtime, "fa3jit_attention_plan");
+    if (kernel != nullptr) check_kernel(kernel, "fa3jit_attention_plan");
+    if (params == nullptr || plan == nullptr) invalid("fa3jit_attention_plan: params or plan is NULL");
+    check_struct_size(plan, "fa3jit_call_plan", false);
+    const fa3jit::attention_fwd::ForwardArgs args = to_args(*params, Tensors::kOptional);
+    fa3jit::attention_fwd::CallPlanInfo info;
+    if (kernel == nullptr) {
+      info = fa3jit::attention_fwd::plan_info(args);
+    } else {
+      if (!kernel->attention)
+        invalid(fmt::format("fa3jit_attention_plan: kernel is of kind \"{}\", not \"attention_fwd\"",
+                            kernel->prepared.request.kind));
+      info = fa3jit::attention_fwd::plan_info(*kernel->attention, args);
+    }
+    plan->num_splits = info.num_splits;
+    plan->pack_gqa = info.pack_gqa ? 1 : 0;
+    plan->workspace_bytes = info.workspace_bytes;
   });
 }
 

@@ -332,6 +332,64 @@ TEST_CASE("C ABI: a split call's combine kernel is launched with programmatic st
   CHECK(attention.programmatic_serialization == 0);
 }
 
+TEST_CASE("C ABI: fa3jit_attention_plan says how the call runs, from the shapes alone", "[fake_driver][capi][serving]") {
+  // A decode step over a long context with GQA 8:1: the heuristics split the keys and pack the group.
+  fa3jit_forward_params p;
+  fa3jit_forward_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.batch = 1, p.seqlen_q = 1, p.seqlen_k = 16000, p.num_heads = 8, p.num_heads_kv = 1, p.head_dim = 128;
+  p.num_splits = 0;
+  p.pack_gqa = -1;
+  fa3jit_call_plan shapes_only;
+  shapes_only.struct_size = sizeof(shapes_only);
+  INFO(fa3jit_last_error());
+  const fa3jit_status planned = fa3jit_attention_plan(runtime(), nullptr, &p, &shapes_only);  // no tensor given
+  INFO(fa3jit_last_error());
+  REQUIRE(planned == FA3JIT_OK);
+  CHECK(shapes_only.num_splits > 1);
+  CHECK(shapes_only.pack_gqa == 1);
+  size_t bytes = 0;
+  p.q = tensor(1, 1, 8, 128, 2);
+  p.k = tensor(1, 16000, 1, 128, 2);
+  p.v = tensor(1, 16000, 1, 128, 2);
+  p.out = tensor(1, 1, 8, 128, 2);
+  REQUIRE(fa3jit_attention_workspace_size(runtime(), &p, &bytes) == FA3JIT_OK);
+  CHECK(shapes_only.workspace_bytes == bytes);
+  fa3jit_call_plan with_tensors;
+  with_tensors.struct_size = sizeof(with_tensors);
+  REQUIRE(fa3jit_attention_plan(runtime(), nullptr, &p, &with_tensors) == FA3JIT_OK);
+  CHECK(with_tensors.num_splits == shapes_only.num_splits);
+  CHECK(with_tensors.pack_gqa == 1);
+  // The launch does what the plan said: the split kernel with that many splits, packed, then the combine.
+  p.workspace = device_alloc(bytes);
+  p.workspace_bytes = bytes;
+  const int before = launch_count();
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  REQUIRE(launch_count() == before + 2);
+  CHECK_THAT(std::string(last_launch().kernel_name), Contains("fa3jit_attention_combine_"));
+  // Pinned choices come back as given.
+  p.num_splits = 3;
+  p.pack_gqa = 0;
+  REQUIRE(fa3jit_attention_plan(runtime(), nullptr, &p, &with_tensors) == FA3JIT_OK);
+  CHECK(with_tensors.num_splits == 3);
+  CHECK(with_tensors.pack_gqa == 0);
+  p.num_splits = 1;
+  REQUIRE(fa3jit_attention_plan(runtime(), nullptr, &p, &with_tensors) == FA3JIT_OK);
+  CHECK(with_tensors.num_splits == 1);
+  CHECK(with_tensors.workspace_bytes == 0);
+  // Bad arguments name themselves.
+  CHECK(fa3jit_attention_plan(runtime(), nullptr, &p, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("plan is NULL"));
+  with_tensors.struct_size = 4;
+  CHECK(fa3jit_attention_plan(runtime(), nullptr, &p, &with_tensors) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("fa3jit_call_plan.struct_size is 4"));
+  with_tensors.struct_size = sizeof(with_tensors);
+  p.num_splits = 0;
+  p.head_dim = 0;
+  CHECK(fa3jit_attention_plan(runtime(), nullptr, &p, &with_tensors) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("head_dim"));
+}
+
 TEST_CASE("C ABI: out-of-range num_splits and pack_gqa are refused before launching", "[fake_driver][capi][serving]") {
   fa3jit_forward_params p;
   fa3jit_forward_params_init(&p);

@@ -110,6 +110,15 @@ torch.Tensor = Tensor
 torch.empty = _empty
 torch.full = _full
 torch.ones = lambda shape, dtype, device: _full(shape, 1.0, dtype, device)
+
+
+def _tensor_of(values, dtype, device):
+    t = _empty((len(values),), dtype, device)
+    t.filled = list(values)
+    return t
+
+
+torch.tensor = _tensor_of
 torch.contiguous_format = object()
 torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151)
 torch.cuda = types.SimpleNamespace(device_count=lambda: 1)
@@ -143,9 +152,19 @@ def _workspace_size(runtime, address, size):
     return 0
 
 
+PLAN_QUERIES = []  # a copy of the ForwardParams per fa3jit_attention_plan
+
+
+def _plan(runtime, kernel, address, plan):
+    PLAN_QUERIES.append(_copy(address))
+    plan._obj.num_splits, plan._obj.pack_gqa, plan._obj.workspace_bytes = 5, 1, WORKSPACE_BYTES
+    return 0
+
+
 attention._bind_torch()
 attention._attention_forward = _forward
 _capi.library().fa3jit_attention_workspace_size = _workspace_size
+_capi.library().fa3jit_attention_plan = _plan
 
 bf = torch.bfloat16
 i32 = torch.int32
@@ -340,12 +359,12 @@ expect(TypeError, ["cache_seqlens"], kvcache, qd, kc, vc, True)
 expect(TypeError, ["q: expected a torch.Tensor"], varlen, [1, 2], k, v, cu_q, cu_k)
 
 # FlashAttention-3 arguments fa3jit does not implement yet: NotImplementedError naming each, never ignored.
-for kwargs in (dict(scheduler_metadata=Tensor((4,), i32)), dict(seqused_q=used), dict(qv=q),
+for kwargs in (dict(seqused_q=used), dict(qv=q),
                dict(attention_chunk=512), dict(sm_margin=4)):
     (name,) = kwargs
     expect(NotImplementedError, [f"{name}=", "not supported by fa3jit"], varlen, q, k, v, cu_q, cu_k, **kwargs)
 for kwargs in (dict(k=qd, v=qd), dict(rotary_cos=Tensor((1000, 64), bf), rotary_sin=Tensor((1000, 64), bf)),
-               dict(cache_batch_idx=used), dict(cache_leftpad=used), dict(scheduler_metadata=Tensor((4,), i32)),
+               dict(cache_batch_idx=used), dict(cache_leftpad=used),
                dict(rotary_seqlens=used), dict(cu_seqlens_k_new=cu_k)):
     name = next(iter(kwargs))
     expect(NotImplementedError, [f"{name}=", "not supported by fa3jit"], kvcache, qd, kc, vc, **kwargs)
@@ -391,5 +410,75 @@ expect(ValueError, ["out.dtype is torch.float32", "an e4m3 call writes"], kvcach
        k_descale=k_scale, v_descale=k_scale, q_descale=k_scale, out=Tensor((batch, 1, heads, d), f32))
 expect(ValueError, ["v_cache.dtype is torch.bfloat16 but k_cache.dtype is torch.float8_e4m3fn"], kvcache, q8, kp8,
        vp, used, table)
+
+# ---- get_scheduler_metadata: the plan of the calls it describes ---------------------------------------------
+
+# The schedule of a paged decode step, asked ahead with FlashAttention-3's arguments: the library plans from the
+# same layout and serving fields the call then hands it (so it plans the same), with no tensor given.
+capacity = max_pages * page_size
+metadata = fa3jit.get_scheduler_metadata(batch, 1, capacity, heads, heads_kv, d, used, qkv_dtype=bf,
+                                         page_size=page_size, causal=True)
+assert metadata.dtype is i32 and metadata.shape == (2,) and metadata.filled == [5, 1] and metadata.device == used.device
+asked = PLAN_QUERIES[-1]
+assert (asked.q.data, asked.k.data, asked.out.data, asked.workspace) == (None, None, None, None)
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, causal=True, scheduler_metadata=metadata)
+call = last_call()
+for field in ("dtype", "causal", "batch", "seqlen_q", "num_heads", "num_heads_kv", "head_dim", "head_dim_v",
+              "quant", "max_seqlen_k", "page_size", "max_pages", "num_splits", "pack_gqa", "window_left",
+              "window_right", "softcap", "cu_seqlens_q"):
+    assert getattr(asked, field) == getattr(call, field), (field, getattr(asked, field), getattr(call, field))
+assert asked.seqused_k is not None and asked.page_table is not None  # present: the layout is paged
+# Packed q with a dense cache, GQA packing and splits pinned, a window and softcap, an e4m3 cache.
+cu_q4 = Tensor((batch + 1,), i32)
+fa3jit.get_scheduler_metadata(batch, 7, 512, heads, heads_kv, d, used, qkv_dtype=torch.float8_e4m3fn,
+                              cu_seqlens_q=cu_q4, window_size=(100, 0), has_softcap=True, num_splits=3,
+                              pack_gqa=False, causal=True)
+asked = PLAN_QUERIES[-1]
+assert (asked.dtype, asked.quant, asked.cu_seqlens_q, asked.seqlen_q, asked.max_seqlen_q) == (
+    _capi.DTYPE_E4M3, _capi.QUANT_PER_HEAD, cu_q4.data_ptr(), batch * 7, 7)
+assert (asked.seqlen_k, asked.page_table, asked.num_splits, asked.pack_gqa) == (512, None, 3, 0)
+assert (asked.window_left, asked.window_right, asked.softcap > 0) == (100, 0, True)
+# FlashAttention-3's defaults for what fa3jit lacks are accepted; the rest is refused, naming the argument.
+fa3jit.get_scheduler_metadata(batch, 1, 512, heads, heads_kv, d, used, cu_seqlens_k_new=None, cache_leftpad=None,
+                              max_seqlen_k_new=0, attention_chunk=0, sm_margin=0)
+plans = len(PLAN_QUERIES)
+gsm = fa3jit.get_scheduler_metadata
+for kwargs, needles in (({"max_seqlen_k_new": 4}, ["max_seqlen_k_new=4", "not supported"]),
+                        ({"cache_leftpad": used}, ["cache_leftpad"]),
+                        ({"sm_margin": 8}, ["sm_margin=8"]),
+                        ({"qkv_dtype": torch.float32}, ["qkv_dtype is torch.float32"]),
+                        ({"page_size": 0}, ["page_size is 0"]),
+                        ({"num_splits": -1}, ["num_splits is -1"]),
+                        ({"cu_seqlens_q": Tensor((batch,), i32)}, ["cu_seqlens_q has shape (3,)"]),
+                        ({"cu_seqlens_q": Tensor((batch + 1,), i32, device="cuda:1")}, ["cu_seqlens_q is on cuda:1"])):
+    try:
+        gsm(batch, 1, 512, heads, heads_kv, d, used, **kwargs)
+    except (ValueError, NotImplementedError) as error:
+        for needle in needles:
+            assert needle in str(error), (needle, str(error))
+    else:
+        raise AssertionError(f"get_scheduler_metadata accepted {kwargs}")
+for args, needles in (((batch, -1, 512, heads, heads_kv, d, used), ["max_seqlen_q is -1"]),
+                      ((batch, 1, 512, heads, heads_kv, d, Tensor((batch + 1,), i32)), ["cache_seqlens has shape (4,)"]),
+                      ((batch, 1, 512, heads, heads_kv, d, Tensor((batch,), i32, device="cpu")),
+                       ["cache_seqlens is on cpu"])):
+    try:
+        gsm(*args)
+    except ValueError as error:
+        for needle in needles:
+            assert needle in str(error), (needle, str(error))
+    else:
+        raise AssertionError(f"get_scheduler_metadata accepted {args}")
+assert len(PLAN_QUERIES) == plans, "a refused call reached the library"
+# The calls check the metadata they are given (its values are not read): int32, 1-D, >= 2 elements, q's device or
+# the CPU; a longer buffer it was copied into is fine.
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, scheduler_metadata=Tensor((64,), i32, device="cpu"))
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, scheduler_metadata=metadata)
+expect(ValueError, ["scheduler_metadata is torch.int64 (2,)", "get_scheduler_metadata"], kvcache, qd, kp, vp, used,
+       table, scheduler_metadata=Tensor((2,), torch.int64))
+expect(ValueError, ["scheduler_metadata is torch.int32 (1,)"], fa3jit.flash_attn_varlen_func, q, k, v, cu_q, cu_k,
+       239, 400, scheduler_metadata=Tensor((1,), i32))
+expect(ValueError, ["scheduler_metadata is on cuda:1"], kvcache, qd, kp, vp, used, table,
+       scheduler_metadata=Tensor((2,), i32, device="cuda:1"))
 
 print("ok")

@@ -20,6 +20,7 @@ STRUCTS = {
     "fa3jit_runtime_options": _capi.RuntimeOptions,
     "fa3jit_forward_params": _capi.ForwardParams,
     "fa3jit_kernel_info": _capi.KernelInfo,
+    "fa3jit_call_plan": _capi.CallPlan,
 }
 
 CONSTANTS = {

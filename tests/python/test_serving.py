@@ -80,8 +80,8 @@ def test_bad_arguments_are_refused_before_the_device():
         (lambda: kvcache(q[None], k[None], k[None], k=q[None], v=q[None]), NotImplementedError, ["k=<tensor"]),
         (lambda: kvcache(q[None], k[None], k[None], rotary_cos=k, rotary_sin=k), NotImplementedError,
          ["rotary_cos="]),
-        (lambda: kvcache(q[None], k[None], k[None], scheduler_metadata=used), NotImplementedError,
-         ["scheduler_metadata="]),
+        (lambda: kvcache(q[None], k[None], k[None], scheduler_metadata=used.float()), ValueError,
+         ["scheduler_metadata is torch.float32", "get_scheduler_metadata"]),
         (lambda: varlen(q, k, k, cu, cu_k), ValueError, ["q is on cpu; expected a CUDA tensor"]),
     ]
     for call, error_type, needles in cases:
@@ -429,6 +429,19 @@ def test_decode(num_splits, paged, head_dim, group, pack_gqa):
                                                  return_lse=True)
     assert result is out and lse.shape == (batch, NUM_HEADS, 1)
     _check(torch, out, lambda b: lse[b], [(b, q[b], keys[b], values[b]) for b in range(batch)], True)
+    # The schedule asked ahead (FlashAttention-3's get_scheduler_metadata) and passed in: the same plan, the same
+    # bits; a heuristic split shows in the metadata as more than one split (this grid is far from filling the GPU).
+    capacity = k_cache.shape[1] * (table.shape[1] if paged else 1)
+    metadata = fa3jit.get_scheduler_metadata(batch, 1, capacity, NUM_HEADS, heads_kv, head_dim, cache_seqlens,
+                                             qkv_dtype=dtype, page_size=k_cache.shape[1] if paged else None,
+                                             causal=True, num_splits=num_splits, pack_gqa=pack_gqa)
+    planned_splits, planned_packing = metadata.tolist()
+    assert planned_splits == num_splits if num_splits else planned_splits > 1
+    if pack_gqa is not None:
+        assert planned_packing == int(pack_gqa)
+    again = fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, table, causal=True,
+                                           num_splits=num_splits, pack_gqa=pack_gqa, scheduler_metadata=metadata)
+    assert torch.equal(again, out)
     if num_splits != 1:
         # Split or not, the result is the same attention: the partials and their merge are fp32, so the two
         # differ by the final rounding at most (two units in the last place here).

@@ -90,6 +90,10 @@ TEST_CASE("C ABI: every entry point refuses a handle that is not a live one", "[
   CHECK_THAT(fa3jit_last_error(), Contains("not a live fa3jit_runtime"));
   CHECK(fa3jit_attention_workspace_size(rt, &p, &bytes) == FA3JIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(fa3jit_last_error(), Contains("not a live fa3jit_runtime"));
+  fa3jit_call_plan plan;
+  plan.struct_size = sizeof(plan);
+  CHECK(fa3jit_attention_plan(rt, nullptr, &p, &plan) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("not a live fa3jit_runtime"));
   CHECK(fa3jit_kernel_create(rt, R"({"dtype": "bf16", "head_dim": 128})", &out) == FA3JIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(fa3jit_last_error(), Contains("not a live fa3jit_runtime"));
   CHECK(out == nullptr);

@@ -352,6 +352,27 @@ FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const
 FA3JIT_API fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3jit_forward_params* params,
                                                          size_t* bytes);
 
+/* How a call runs: the choices of the split and GQA-packing heuristics and the workspace they need. */
+typedef struct fa3jit_call_plan {
+  size_t struct_size;     /* sizeof(fa3jit_call_plan) as compiled by the caller */
+  int32_t num_splits;     /* KV splits the call runs: 1 = none (params.num_splits, or the heuristic's choice for 0) */
+  int32_t pack_gqa;       /* 1 = the query heads of a KV head share one M tile (params.pack_gqa, or the heuristic's) */
+  size_t workspace_bytes; /* what params.workspace must hold: fa3jit_attention_workspace_size */
+} fa3jit_call_plan;
+
+/* The plan of the call fa3jit_attention_forward(runtime, kernel, params, ...) would make (kernel NULL: the tile
+ * table's), from the functions the launch uses, without compiling or launching: what FlashAttention-3's
+ * get_scheduler_metadata computes ahead of a batch. Only the shapes and the serving fields are read: the tensor
+ * pointers may be NULL (the index tensors' presence selects the layout, so a layout that needs cu_seqlens_q,
+ * seqused_k or page_table needs a non-NULL pointer there, never dereferenced). The split heuristic counts the SMs of
+ * q's device (with q.data NULL, the current context's device, else device 0): num_splits 0 needs the driver. The plan
+ * is a function of these arguments and the device's SM count only, so the same call plans the same way every time.
+ * Fills *plan (its struct_size set by the caller; fields this library does not know stay as they were).
+ * Errors: INVALID_ARGUMENT (NULL runtime, params or plan, struct_size, the shape and serving-field errors of
+ *   fa3jit_attention_forward); UNSUPPORTED; NO_DRIVER (num_splits 0 without a driver); DRIVER. */
+FA3JIT_API fa3jit_status fa3jit_attention_plan(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
+                                               const fa3jit_forward_params* params, fa3jit_call_plan* plan);
+
 /* The order of a D_MAJOR v (fa3jit_v_layout): positions[j] is where key j (0..15) of every aligned group of 16 keys is
  * stored, the order in which the E4M3 kernel packs its probabilities for the tensor cores
  * (kernels/attention_fwd/device/fp8_v_layout.h: fp8_key_position). Errors: INVALID_ARGUMENT (positions NULL). */

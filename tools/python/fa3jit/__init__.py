@@ -32,12 +32,13 @@ from ._capi import (ABI_VERSION, Fa3jitError, Fa3jitRuntimeError, Fa3jitValueErr
                     Runtime, Spec, capabilities, library_path, runtime, version)
 from .attention import flash_attn_func, fp8_quant_blocks
 from .fp8 import flash_attn_fp8_func, quantize_fp8, v_to_d_major
-from .serving import flash_attn_varlen_func, flash_attn_with_kvcache
+from .serving import flash_attn_varlen_func, flash_attn_with_kvcache, get_scheduler_metadata
 
 __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
+    "get_scheduler_metadata",
     "fp8_quant_blocks",
     "quantize_fp8",
     "flash_attn_fp8_func",

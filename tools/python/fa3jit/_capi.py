@@ -282,6 +282,20 @@ class QuantizeParams(ctypes.Structure):
         super().__init__(**fields)
 
 
+class CallPlan(ctypes.Structure):
+    """fa3jit_call_plan: how a call runs (fa3jit_attention_plan)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_splits", ctypes.c_int32),
+        ("pack_gqa", ctypes.c_int32),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+    def __init__(self, **fields: Any):
+        fields.setdefault("struct_size", ctypes.sizeof(CallPlan))
+        super().__init__(**fields)
+
+
 class KernelInfo(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -413,6 +427,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         # cheapest conversion ctypes has); other callers pass ctypes.byref(ForwardParams).
         "fa3jit_attention_forward": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p]),
         "fa3jit_attention_workspace_size": (c_int, [c_void_p, c_void_p, ctypes.POINTER(ctypes.c_size_t)]),
+        "fa3jit_attention_plan": (c_int, [c_void_p, c_void_p, c_void_p, ctypes.POINTER(CallPlan)]),
         "fa3jit_kernel_create": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
         "fa3jit_kernel_destroy": (None, [c_void_p]),
         "fa3jit_kernel_get_info": (c_int, [c_void_p, ctypes.POINTER(KernelInfo)]),
@@ -614,6 +629,15 @@ class Runtime:
         status = self._lib.fa3jit_attention_workspace_size(self.handle, ctypes.byref(params), ctypes.byref(size))
         check(status, "fa3jit_attention_workspace_size")
         return size.value
+
+    def plan(self, params: ForwardParams) -> CallPlan:
+        """fa3jit_attention_plan of the tile table's kernel: the call's num_splits, pack_gqa and workspace bytes,
+        from the shapes and serving fields (tensor pointers may be 0). Raises Fa3jitValueError for a bad argument,
+        Fa3jitRuntimeError without a driver when num_splits is 0."""
+        plan = CallPlan()
+        status = self._lib.fa3jit_attention_plan(self.handle, None, ctypes.byref(params), ctypes.byref(plan))
+        check(status, "fa3jit_attention_plan")
+        return plan
 
 
 class Kernel:

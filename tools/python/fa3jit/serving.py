@@ -31,6 +31,8 @@ _pack_params = _capi.PARAMS_SERVING_CALL_STRUCT.pack_into
 _pack_workspace = _capi.WORKSPACE_STRUCT.pack_into
 _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
 _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
+# Elements of get_scheduler_metadata's tensor: (num_splits, pack_gqa).
+METADATA_LENGTH = 2
 # Per thread: (ForwardParams, its address, a c_size_t for the workspace size and its byref).
 _local = threading.local()
 
@@ -61,7 +63,6 @@ def _refuse_unsupported(function: str, **arguments: Any) -> None:
             what = "rotary embedding inside the attention call"
         else:
             what = {"qv": "the qv operand",
-                    "scheduler_metadata": "precomputed scheduler metadata (fa3jit plans its own schedule)",
                     "seqused_q": "seqused_q (use cu_seqlens_q)", "cache_batch_idx": "cache_batch_idx",
                     "cache_leftpad": "left-padded caches"}.get(name, name)
         raise NotImplementedError(f"{function}: {name}={_short(value)} is not supported by fa3jit yet ({what}); "
@@ -303,6 +304,18 @@ def _kv_layout(k: Any, v: Any, names: Tuple[str, str], batch: int, head_dim: int
     return kv
 
 
+def _check_metadata(metadata: Any, q: Any) -> None:
+    """scheduler_metadata as get_scheduler_metadata makes it: int32, one dimension, at least METADATA_LENGTH
+    elements (a longer buffer it was copied into is fine), on q's device or the CPU. Its values are not read."""
+    t = _tensor(metadata, "scheduler_metadata")
+    if t.dtype is not _attention._torch.int32 or t.dim() != 1 or t.shape[0] < METADATA_LENGTH:
+        raise ValueError(f"scheduler_metadata is {t.dtype} {tuple(t.shape)}; expected the torch.int32 "
+                         f"({METADATA_LENGTH},) tensor fa3jit.get_scheduler_metadata returns (or a longer "
+                         f"one-dimensional int32 buffer holding it)")
+    if t.is_cuda and t.get_device() != q.get_device():
+        raise ValueError(f"scheduler_metadata is on {t.device}; expected q's device {q.device} or the CPU")
+
+
 def _max_length(cu_seqlens: Any) -> int:
     """The longest sequence of a cu_seqlens tensor (one device-to-host copy)."""
     if cu_seqlens.shape[0] < 2:
@@ -497,14 +510,14 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     (num_heads, total_q), natural log. Rows of q past cu_seqlens_q[batch] are not written.
     Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects) naming the argument; TypeError for
     a non-tensor; NotImplementedError for FlashAttention-3 arguments fa3jit does not implement yet (seqused_q,
-    qv, attention_chunk, scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails. deterministic is
-    accepted: it concerns FlashAttention-3's backward pass, and this forward is deterministic.
+    qv, attention_chunk, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails.
+    deterministic is accepted: it concerns FlashAttention-3's backward pass, and this forward is deterministic.
+    scheduler_metadata: what get_scheduler_metadata returned for this batch, or None (see there).
     """
     function = "flash_attn_varlen_func"
-    if not (seqused_q is None and qv is None and scheduler_metadata is None and attention_chunk == 0 and
-            sm_margin == 0):
+    if not (seqused_q is None and qv is None and attention_chunk == 0 and sm_margin == 0):
         _refuse_unsupported(function, seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk,
-                            scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+                            sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
@@ -531,6 +544,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
     out = None if out is None else _tensor(out, "out")
     _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
+    if scheduler_metadata is not None:
+        _check_metadata(scheduler_metadata, q)
     out_dtype, fp8_fields = None, _NO_FP8
     if fp8:
         q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
@@ -591,17 +606,17 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     Raises ValueError (fa3jit.Fa3jitValueError for what the library rejects) naming the argument; TypeError for
     a non-tensor; NotImplementedError for FlashAttention-3 arguments fa3jit does not implement yet (k and v
     appended into the cache, cu_seqlens_k_new, qv, rotary_cos / rotary_sin / rotary_seqlens, cache_batch_idx,
-    cache_leftpad, attention_chunk, scheduler_metadata, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or launching fails.
-    rotary_interleaved is accepted: it only qualifies rotary_cos / rotary_sin.
+    cache_leftpad, attention_chunk, sm_margin); RuntimeError (fa3jit.Fa3jitRuntimeError) when compiling or
+    launching fails. rotary_interleaved is accepted: it only qualifies rotary_cos / rotary_sin.
+    scheduler_metadata: what get_scheduler_metadata returned for this batch, or None (see there).
     """
     function = "flash_attn_with_kvcache"
     if not (k is None and v is None and cu_seqlens_k_new is None and qv is None and rotary_cos is None and
             rotary_sin is None and rotary_seqlens is None and cache_batch_idx is None and cache_leftpad is None and
-            scheduler_metadata is None and attention_chunk == 0 and sm_margin == 0):
+            attention_chunk == 0 and sm_margin == 0):
         _refuse_unsupported(function, k=k, v=v, cu_seqlens_k_new=cu_seqlens_k_new, qv=qv, rotary_cos=rotary_cos,
                             rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens, cache_batch_idx=cache_batch_idx,
-                            cache_leftpad=cache_leftpad, attention_chunk=attention_chunk,
-                            scheduler_metadata=scheduler_metadata, sm_margin=sm_margin)
+                            cache_leftpad=cache_leftpad, attention_chunk=attention_chunk, sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
     torch = _attention._torch
@@ -642,6 +657,8 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
     out = None if out is None else _tensor(out, "out")
     _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
+    if scheduler_metadata is not None:
+        _check_metadata(scheduler_metadata, q)
     if fill_seqlens is not None:
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
     out_dtype, fp8_fields = None, _NO_FP8
@@ -655,3 +672,94 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     return _run(q, q_stride, k_cache, v_cache, kv, dtype_code, varlen_q, batch, seqlen_q, num_heads, head_dim,
                 cu_q, max_q, kv.capacity, softmax_scale, causal, splits, packing, out,
                 return_lse or return_softmax_lse, variant, out_dtype, fp8_fields)
+
+
+def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int, num_heads_q: int,
+                           num_heads_kv: int, headdim: int, cache_seqlens: Any, qkv_dtype: Any = None,
+                           headdim_v: Optional[int] = None, cu_seqlens_q: Any = None, cu_seqlens_k_new: Any = None,
+                           cache_leftpad: Any = None, page_size: Optional[int] = None, max_seqlen_k_new: int = 0,
+                           causal: bool = False, window_size: Tuple[int, int] = (-1, -1), attention_chunk: int = 0,
+                           has_softcap: bool = False, num_splits: int = 0, pack_gqa: Optional[bool] = None,
+                           sm_margin: int = 0) -> Any:
+    """The schedule of the flash_attn_with_kvcache / flash_attn_varlen_func calls of one batch, computed ahead
+    (FlashAttention-3's get_scheduler_metadata, same arguments): a torch.int32 tensor (METADATA_LENGTH,) =
+    (num_splits, pack_gqa) on cache_seqlens' device, the KV splits and GQA packing those calls run, from the
+    heuristics the launch uses (fa3jit_attention_plan; FA3's num_splits_heuristic and should_pack_gqa).
+
+    The calls take it as scheduler_metadata=, so code written for FlashAttention-3 runs unchanged, and check it
+    (int32, one dimension of at least METADATA_LENGTH elements, on q's device or the CPU); they do not read its
+    values: fa3jit's plan is a function of the call's shapes and the device's SM count alone, computed on the host
+    per call (cached per shape class, about a microsecond), so no value has to come back from the device, under
+    CUDA graphs included. The tensor says what the calls will do, for logging and tests.
+
+    Shapes as in FlashAttention-3: cache_seqlens (batch_size,) torch.int32 on a CUDA device; cu_seqlens_q
+    (batch_size + 1,) torch.int32 for packed q (then max_seqlen_q bounds each sequence's queries); page_size for a
+    paged cache (max_seqlen_k then rounded up to whole pages, as the kvcache call's capacity); qkv_dtype
+    torch.float16, torch.bfloat16 (default) or torch.float8_e4m3fn; headdim_v None = headdim. num_splits: 0 = the
+    heuristic, 1 = none, > 1 = that many; pack_gqa None = the heuristic. Needs the CUDA driver (the SM count).
+    Raises ValueError naming the argument; NotImplementedError for cu_seqlens_k_new, cache_leftpad,
+    max_seqlen_k_new, attention_chunk and sm_margin away from their defaults (features fa3jit lacks).
+    """
+    function = "get_scheduler_metadata"
+    if not (cu_seqlens_k_new is None and cache_leftpad is None and attention_chunk == 0 and sm_margin == 0):
+        _refuse_unsupported(function, cu_seqlens_k_new=cu_seqlens_k_new, cache_leftpad=cache_leftpad,
+                            attention_chunk=attention_chunk, sm_margin=sm_margin)
+    if max_seqlen_k_new != 0:
+        raise NotImplementedError(f"{function}: max_seqlen_k_new={max_seqlen_k_new!r} is not supported by fa3jit "
+                                  f"yet (appending new keys and values into the cache); leave it at 0")
+    if _attention._Tensor is None:
+        _attention._bind_torch()
+    torch = _attention._torch
+    batch = _checked_length(batch_size, "batch_size")
+    max_q = _checked_length(max_seqlen_q, "max_seqlen_q")
+    max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
+    num_heads = _checked_length(num_heads_q, "num_heads_q")
+    heads_kv = _checked_length(num_heads_kv, "num_heads_kv")
+    head_dim = _checked_length(headdim, "headdim")
+    head_dim_v = head_dim if headdim_v is None else _checked_length(headdim_v, "headdim_v")
+    dtype = torch.bfloat16 if qkv_dtype is None else qkv_dtype
+    code = _attention._DTYPE_CODES.get(dtype)
+    if code is None:
+        raise ValueError(f"qkv_dtype is {dtype!r}; expected torch.float16, torch.bfloat16 or torch.float8_e4m3fn")
+    seqused = _index_tensor(cache_seqlens, "cache_seqlens", "(batch,)", (batch,))
+    if not seqused.is_cuda:
+        raise ValueError(f"cache_seqlens is on {seqused.device}; expected a CUDA tensor")
+    cu_q = None if cu_seqlens_q is None else _index_tensor(cu_seqlens_q, "cu_seqlens_q", "(batch + 1,)",
+                                                           (batch + 1,))
+    if cu_q is not None and (not cu_q.is_cuda or cu_q.get_device() != seqused.get_device()):
+        raise ValueError(f"cu_seqlens_q is on {cu_q.device}; expected cache_seqlens' device {seqused.device}")
+    splits, packing = _checked_options(num_splits, pack_gqa)
+    if not isinstance(has_softcap, bool):
+        raise ValueError(f"has_softcap is {has_softcap!r}; expected a bool")
+    variant = _checked_variant(window_size, 30.0 if has_softcap else 0.0, None, num_heads, None)
+    # The index tensors' presence selects the layout; the plan never reads through their pointers.
+    present = seqused.data_ptr()
+    fields = dict(dtype=code, causal=1 if causal else 0, batch=batch, num_heads=num_heads, num_heads_kv=heads_kv,
+                  head_dim=head_dim, head_dim_v=head_dim_v, seqused_k=present, num_splits=splits, pack_gqa=packing,
+                  window_left=variant.window_left, window_right=variant.window_right, softcap=variant.softcap,
+                  quant=_capi.QUANT_PER_HEAD if code == _capi.DTYPE_E4M3 else _capi.QUANT_NONE)
+    if cu_q is not None:
+        fields.update(cu_seqlens_q=cu_q.data_ptr(), seqlen_q=batch * max_q, max_seqlen_q=max_q)
+    else:
+        fields.update(seqlen_q=max_q)
+    if page_size is not None:
+        page = _checked_length(page_size, "page_size")
+        if page < 1:
+            raise ValueError(f"page_size is {page}; expected at least one key per page")
+        pages = max(1, -(-max_k // page))
+        fields.update(page_table=present, page_size=page, max_pages=pages, page_table_stride=pages,
+                      num_pages=max(1, batch) * pages, max_seqlen_k=pages * page)
+    else:
+        fields.update(seqlen_k=max_k)
+    params = _capi.ForwardParams(**fields)
+    device = seqused.get_device()
+    switch = _attention._current_device is not None and _attention._current_device() != device
+    context = torch.cuda.device(device) if switch else None
+    if context is not None:
+        context.__enter__()
+    try:
+        plan = _capi.runtime().plan(params)
+    finally:
+        if context is not None:
+            context.__exit__(None, None, None)
+    return torch.tensor([plan.num_splits, plan.pack_gqa], dtype=torch.int32, device=seqused.device)
