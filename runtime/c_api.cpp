@@ -197,6 +197,13 @@ fa3jit::attention_fwd::Quant to_quant(int32_t value) {
                       value));
 }
 
+// The reserved field of either params struct: 0, or a field of a newer header that this library does not know.
+void check_reserved(int32_t value, const char* name) {
+  if (value != 0)
+    invalid(fmt::format("{}.reserved is {}; expected 0 (fa3jit {} does not know a field there: a newer header's?)",
+                        name, value, FA3JIT_PROJECT_VERSION));
+}
+
 // params.v_layout of either struct (an fa3jit_v_layout).
 fa3jit::attention_fwd::VLayout to_v_layout(int32_t value) {
   switch (value) {
@@ -257,6 +264,7 @@ void check_serving_options(const fa3jit_forward_params& params) {
 
 fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller, Tensors tensors = Tensors::kRequired) {
   const fa3jit_forward_params params = current_params(caller);
+  check_reserved(params.reserved, "fa3jit_forward_params");
   if (params.causal != 0 && params.causal != 1) invalid(fmt::format("params.causal is {}; expected 0 or 1", params.causal));
   if (!std::isfinite(params.softmax_scale))
     invalid(fmt::format("params.softmax_scale is {}; expected a finite value (0 = 1/sqrt(head_dim))",
@@ -335,6 +343,7 @@ constexpr std::array<OlderSize, 1> kOlderQuantizeParams{{
 QuantizeCall to_quantize_call(const fa3jit_quantize_params& caller) {
   const fa3jit_quantize_params params =
       current_struct(caller, "fa3jit_quantize_params", kOlderQuantizeParams, &fa3jit_quantize_params_init);
+  check_reserved(params.reserved, "fa3jit_quantize_params");
   QuantizeCall call;
   call.options.v_d_major = to_v_layout(params.v_layout) == fa3jit::attention_fwd::VLayout::kDMajor;
   call.args.dtype = to_dtype(enum_value(params.dtype), "dtype");
@@ -482,6 +491,8 @@ fa3jit_status fa3jit_attention_plan(fa3jit_runtime* runtime, const fa3jit_kernel
     }
     plan->num_splits = info.num_splits;
     plan->pack_gqa = info.pack_gqa ? 1 : 0;
+    plan->block_m = info.spec.block_m;
+    plan->block_n = info.spec.block_n;
     plan->workspace_bytes = info.workspace_bytes;
   });
 }

@@ -55,8 +55,10 @@ ByteRange check_allocation(const void* ptr, uint64_t bytes, const CallDevice& de
     const std::string what =
         shape == nullptr
             ? std::string("the tensor")
-            : fmt::format("shape (batch {}, seqlen {}, heads {}, dim {}){}", shape->batch, shape->seqlen, shape->heads,
-                          shape->dim,
+            : fmt::format("shape {}{}",
+                          fmt::format(fmt::runtime(shape->extents != nullptr ? shape->extents
+                                                                             : "(batch {}, seqlen {}, heads {}, dim {})"),
+                                      shape->batch, shape->seqlen, shape->heads, shape->dim),
                           view == nullptr ? std::string()
                                           : fmt::format(" with strides ({}, {}, {})", view->stride_batch,
                                                         view->stride_seq, view->stride_head));

@@ -23,7 +23,13 @@ struct TensorView {
 struct TensorShape {
   const char* name;
   int64_t batch, seqlen, heads, dim;
+  /// The four extents' names for messages when they are not (batch, seqlen, heads, dim): a format with four {}.
+  const char* extents = nullptr;
 };
+
+/// TensorShape::extents of a V in v_layout d_major (kernels/attention_fwd/device/fp8_v_layout.h), for the attention
+/// kernel's v and the pre-pass's v8.
+inline constexpr const char* kDMajorExtents = "(batch {}, channel rows {}, heads {}, padded keys {}) (v_layout d_major)";
 
 struct ByteRange {
   uint64_t lo = 0, hi = 0;  // [lo, hi)

@@ -499,9 +499,16 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   // v_layout d_major: (batch, head_dim_v channel rows, num_heads_kv, keys padded to 16) in the view's (batch, seq,
   // head) strides (launch.h: ForwardArgs::v).
   const bool v_d_major = spec.v_layout == VLayout::kDMajor;
-  const TensorShape v_shape = v_d_major ? TensorShape{"v", s.batch, s.head_dim_v, s.num_heads_kv, d_major_keys(s.seqlen_k)}
+  const TensorShape v_shape = v_d_major ? TensorShape{"v", s.batch, s.head_dim_v, s.num_heads_kv, d_major_keys(s.seqlen_k),
+                                                      kDMajorExtents}
                                         : TensorShape{"v", k_shape.batch, k_shape.seqlen, s.num_heads_kv, s.head_dim_v};
   if (s.seqlen_q == 0 || s.max_seqlen_q == 0) return plan;  // a packed batch of empty sequences: nothing to do
+  // A d_major V's channel rows hold the padded keys each: a shorter stride would read one channel's last keys from
+  // the next (other strides are free, as for every input: heads or batches may share memory).
+  if (v_d_major && s.head_dim_v > 1 && a.v.stride_seq < v_shape.dim)
+    bad_argument(fmt::format("argument v.stride_seq = {} is too small for v_layout d_major: the stride between two "
+                             "channel rows must be at least the keys padded to 16, {} for seqlen_k {}",
+                             a.v.stride_seq, v_shape.dim, s.seqlen_k));
   const ByteRange q = check_tensor(a.q, q_shape, s.elem_bytes, device);
   const ByteRange k = check_tensor(a.k, k_shape, s.elem_bytes, device);
   const ByteRange v = check_tensor(a.v, v_shape, s.elem_bytes, device);
@@ -918,7 +925,8 @@ void launch(LaunchPlan& plan) {
 
 CallPlanInfo plan_info(const ForwardArgs& args) {
   const CallShape shape = check_shape(args);
-  const int ordinal = heuristic_device(args);
+  // The device matters only to the split heuristic (its SM count): a call that fixes num_splits needs no driver.
+  const int ordinal = args.num_splits == 0 ? heuristic_device(args) : 0;
   const ClassChoice choice = choose_class(nullptr, args, shape, ordinal);
   CallPlanInfo info;
   info.spec = class_spec(choice.key);
@@ -931,7 +939,7 @@ CallPlanInfo plan_info(const ForwardArgs& args) {
 CallPlanInfo plan_info(const Kernel& kernel, const ForwardArgs& args) {
   const CallShape shape = check_shape(args);
   check_agrees(kernel.spec(), args, shape);
-  const int ordinal = heuristic_device(args);
+  const int ordinal = args.num_splits == 0 && kernel.spec().split_kv ? heuristic_device(args) : 0;
   CallPlanInfo info;
   info.spec = kernel.spec();
   info.num_splits = kernel_splits(kernel, args, shape, ordinal);

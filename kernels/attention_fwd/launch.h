@@ -202,8 +202,11 @@ LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* s
 void launch(LaunchPlan& plan);
 
 /// How a call runs: the kernel's spec and the resolved heuristics (pack_gqa_heuristic, num_splits_heuristic in
-/// scheduler.h), computed by the same function the launch uses. Needs the driver for the SM count of q's device
-/// (cached per device); throws as forward() does for arguments it refuses on the host.
+/// scheduler.h), computed by the same function the launch uses. Reads the shapes only (tensor pointers may be null).
+/// With num_splits 0 it needs the driver for the SM count of q's device (the current context's device when q is
+/// null; cached per device); throws as forward() does for arguments it refuses on the host. plan_info(args).spec
+/// is the tile table's kernel: the runtime may run a tuned tile instead (not for quant per_block, whose descale
+/// blocks are the built-in tile's, nor for a split).
 struct CallPlanInfo {
   Spec spec;               // the kernel that runs (the tile table's for the call's shape class, or `kernel`'s)
   int num_splits = 1;      // 1 = no split

@@ -37,7 +37,8 @@ struct CallShape {
 // V transposed, (batch, head_dim_v channels, num_heads_kv, d_major_keys(seqlen_k)): stride_seq is then the stride
 // between channels (kernels/attention_fwd/launch.h: ForwardArgs::v).
 TensorShape v8_shape(const Spec& spec, const CallShape& s) {
-  return spec.v_d_major ? TensorShape{"v8", s.batch, spec.head_dim_v, s.num_heads_kv, attention_fwd::d_major_keys(s.seqlen_k)}
+  return spec.v_d_major ? TensorShape{"v8", s.batch, spec.head_dim_v, s.num_heads_kv, attention_fwd::d_major_keys(s.seqlen_k),
+                                      kDMajorExtents}
                         : TensorShape{"v8", s.batch, s.seqlen_k, s.num_heads_kv, spec.head_dim_v};
 }
 

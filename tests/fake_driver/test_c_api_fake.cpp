@@ -118,6 +118,34 @@ TEST_CASE("C ABI: an e4m3 per_head call reaches Params with the descale pointers
   CHECK(k.head_group == 4);
 }
 
+TEST_CASE("C ABI: a d_major v's channel rows must hold the padded keys", "[fake_driver][capi][fp8]") {
+  // seqlen_k 257 pads to 272 keys per channel row: (batch 2, num_heads_kv 2, head_dim_v 128, 272) with the
+  // channel stride in v.stride_seq.
+  fa3jit_forward_params p = e4m3_params(FA3JIT_QUANT_PER_HEAD);
+  p.q_descale = scale(4, 2, 1);
+  p.k_descale = scale(4, 2, 1);
+  p.v_descale = scale(4, 2, 1);
+  p.v_layout = FA3JIT_V_LAYOUT_D_MAJOR;
+  p.v = {device_alloc(2 * 2 * 128 * 272), 2 * 128 * 272, 272, 128 * 272};
+  const int before = launch_count();
+  INFO(fa3jit_last_error());
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  REQUIRE(launch_count() == before + 1);
+  // A wider channel stride is fine (rows padded further); a narrower one would read a channel's last keys from the
+  // next channel, inside the allocation: refused, naming the field, its value and the least allowed.
+  p.v = {device_alloc(2 * 2 * 128 * 288), 2 * 128 * 288, 288, 128 * 288};
+  CHECK(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  for (const int64_t stride : {256, 16, 0}) {
+    INFO("stride_seq " << stride);
+    p.v.stride_seq = stride;
+    expect_invalid(p, "v.stride_seq = " + std::to_string(stride) + " is too small for v_layout d_major");
+    CHECK_THAT(fa3jit_last_error(), Contains("272 for seqlen_k 257"));
+  }
+  // Too small an allocation: the message names the d_major extents.
+  p.v = {device_alloc(2 * 2 * 128 * 200), 2 * 128 * 272, 272, 128 * 272};
+  expect_invalid(p, "shape (batch 2, channel rows 128, heads 2, padded keys 272) (v_layout d_major)");
+}
+
 TEST_CASE("C ABI: an e4m3 per_block call with fp16 out runs the per_block kernel its quant blocks describe",
           "[fake_driver][capi][fp8]") {
   int32_t block_m = 0, block_n = 0;

@@ -21,6 +21,7 @@ STRUCTS = {
     "fa3jit_forward_params": _capi.ForwardParams,
     "fa3jit_kernel_info": _capi.KernelInfo,
     "fa3jit_call_plan": _capi.CallPlan,
+    "fa3jit_quantize_params": _capi.QuantizeParams,
 }
 
 CONSTANTS = {

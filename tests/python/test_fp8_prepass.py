@@ -246,6 +246,26 @@ for causal in (False, True):
 out = fa3jit.flash_attn_fp8_func(Tensor((1, 64, 2, 64), torch.float16), Tensor((1, 64, 2, 64), torch.float16),
                                  Tensor((1, 64, 2, 64), torch.float16))
 assert out.dtype is torch.float16
+# head_dim_v != head_dim: the tile (so the per-block descale shapes) is that pair's, not head_dim's square one.
+assert fa3jit.fp8_quant_blocks(64, head_dim_v=64) == fa3jit.fp8_quant_blocks(64)
+for head_dim, head_dim_v in ((64, 128), (64, 256), (128, 64)):
+    blocks = fa3jit.fp8_quant_blocks(head_dim, head_dim_v=head_dim_v)
+    if head_dim == 64:  # 192 x 160 for 64 / 64; the wider V takes a 128-row tile
+        assert blocks != fa3jit.fp8_quant_blocks(head_dim), (head_dim, head_dim_v, blocks)
+    qh, kh, vh = (Tensor((2, 1024, 4, head_dim), bf), Tensor((2, 1024, 2, head_dim), bf),
+                  Tensor((2, 1024, 2, head_dim_v), bf))
+    _, _, _, qd, kd, _ = fa3jit.quantize_fp8(qh, kh, vh)
+    assert qd.shape == (2, 4, -(-1024 // blocks[0])) and kd.shape == (2, 2, -(-1024 // blocks[1]))
+    for v_layout in ("seq_major", "d_major"):
+        before = launches()
+        out = fa3jit.flash_attn_fp8_func(qh, kh, vh, v_layout=v_layout)
+        assert launches() == before + 4 and out.shape == (2, 1024, 4, head_dim_v)
+try:
+    fa3jit.flash_attn_fp8_func(Tensor((0, 64, 2, 64), bf), Tensor((0, 64, 2, 64), bf), Tensor((0, 64, 2, 64), bf),
+                               v_layout="bogus")
+    raise AssertionError("v_layout bogus was accepted")
+except ValueError as error:
+    assert "v_layout is 'bogus'" in str(error), error
 print("ok")
 '''
 

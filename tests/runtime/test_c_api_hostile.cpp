@@ -154,6 +154,18 @@ TEST_CASE("C ABI: struct_size is capped and extra bytes must be zero", "[capi][h
   newer.extra[10] = 1;
   CHECK(fa3jit_attention_workspace_size(h.rt, &newer.params, &bytes) == FA3JIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(fa3jit_last_error(), Contains("non-zero fields at byte " + std::to_string(sizeof(fa3jit_forward_params) + 10)));
+
+  // The tail padding is an explicit field: a newer header's int32 there is seen and refused, not ignored.
+  p = shape_params();
+  p.reserved = 7;
+  CHECK(fa3jit_attention_forward(h.rt, nullptr, &p, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("fa3jit_forward_params.reserved is 7"));
+  fa3jit_quantize_params qp;
+  fa3jit_quantize_params_init(&qp);
+  CHECK(qp.reserved == 0);
+  qp.reserved = -1;
+  CHECK(fa3jit_quantize_fp8(h.rt, &qp, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(fa3jit_last_error(), Contains("fa3jit_quantize_params.reserved is -1"));
 }
 
 TEST_CASE("C ABI: the struct sizes of older headers are read with the later fields off", "[capi][hostile]") {

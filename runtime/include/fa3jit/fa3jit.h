@@ -285,6 +285,10 @@ typedef struct fa3jit_forward_params {
    * (>= seqlen_k_pad), and the keys of every aligned group of 16 in the order of fa3jit_fp8_key_positions; the
    * positions of keys past seqlen_k hold finite values (fa3jit_quantize_fp8 writes zeros there). */
   int32_t v_layout;
+  /* 0 (fa3jit_forward_params_init). The struct's tail padding made explicit: the place of the next int32 field, so
+   * that a newer caller's value there reaches this library as a non-zero reserved (INVALID_ARGUMENT) instead of
+   * unseen padding. */
+  int32_t reserved;
 } fa3jit_forward_params;
 
 /* Zero-fills *params, sets struct_size, out_dtype = FA3JIT_DTYPE_DEFAULT (quant NONE, descales NULL), the
@@ -357,6 +361,8 @@ typedef struct fa3jit_call_plan {
   size_t struct_size;     /* sizeof(fa3jit_call_plan) as compiled by the caller */
   int32_t num_splits;     /* KV splits the call runs: 1 = none (params.num_splits, or the heuristic's choice for 0) */
   int32_t pack_gqa;       /* 1 = the query heads of a KV head share one M tile (params.pack_gqa, or the heuristic's) */
+  int32_t block_m;        /* the tile table's kernel's tile: query rows (with PER_BLOCK descales, the rows of one */
+  int32_t block_n;        /* q_descale entry) and keys (of one k_descale entry); a tuned tile may differ otherwise */
   size_t workspace_bytes; /* what params.workspace must hold: fa3jit_attention_workspace_size */
 } fa3jit_call_plan;
 
@@ -365,7 +371,7 @@ typedef struct fa3jit_call_plan {
  * get_scheduler_metadata computes ahead of a batch. Only the shapes and the serving fields are read: the tensor
  * pointers may be NULL (the index tensors' presence selects the layout, so a layout that needs cu_seqlens_q,
  * seqused_k or page_table needs a non-NULL pointer there, never dereferenced). The split heuristic counts the SMs of
- * q's device (with q.data NULL, the current context's device, else device 0): num_splits 0 needs the driver. The plan
+ * q's device (with q.data NULL, the current context's device, else device 0): only num_splits 0 needs the driver. The plan
  * is a function of these arguments and the device's SM count only, so the same call plans the same way every time.
  * Fills *plan (its struct_size set by the caller; fields this library does not know stay as they were).
  * Errors: INVALID_ARGUMENT (NULL runtime, params or plan, struct_size, the shape and serving-field errors of
@@ -380,10 +386,11 @@ FA3JIT_API fa3jit_status fa3jit_fp8_key_positions(int32_t positions[16]);
 
 /* The row blocks of PER_BLOCK descales (fa3jit_scale): *block_m query rows per q_descale entry, *block_n key rows
  * per k_descale entry, for the E4M3 kernel that a call runs: `kernel`'s spec when given (head_dim and causal are
- * then ignored), else the tile table's E4M3 kernel for (head_dim, causal), whichever the V layout (a D_MAJOR call
- * with PER_BLOCK descales keeps the SEQ_MAJOR kernel's tile for this reason; with PER_HEAD it may run another). A call with causal = 1 and
- * seqlen_q = 1 runs the non-causal kernel (no key is hidden from a single bottom-right aligned row): ask with
- * causal = 0 for it. Needs no GPU and no runtime.
+ * then ignored), else the tile table's E4M3 kernel for (head_dim, causal) with head_dim_v = head_dim, whichever the
+ * V layout (a D_MAJOR call with PER_BLOCK descales keeps the SEQ_MAJOR kernel's tile for this reason; with PER_HEAD
+ * it may run another). For head_dim_v != head_dim the tile differs: ask fa3jit_attention_plan (its block_m,
+ * block_n). A call with causal = 1 and seqlen_q = 1 runs the non-causal kernel (no key is hidden from a single
+ * bottom-right aligned row): ask with causal = 0 for it. Needs no GPU and no runtime.
  * Errors: INVALID_ARGUMENT (block_m or block_n NULL, causal not 0 or 1, a stale kernel handle or one of another
  *   family, a head_dim that E4M3 does not support: the message lists the supported ones). */
 FA3JIT_API fa3jit_status fa3jit_attention_quant_blocks(const fa3jit_kernel* kernel, int64_t head_dim, int32_t causal,
@@ -454,6 +461,8 @@ typedef struct fa3jit_quantize_params {
    * fa3jit_fp8_key_positions' order, zeros past seqlen_k. A caller with the older struct (struct_size =
    * offsetof(fa3jit_quantize_params, v_layout)) gets SEQ_MAJOR. */
   int32_t v_layout;
+  /* 0 (fa3jit_quantize_params_init): the tail padding made explicit, as fa3jit_forward_params.reserved. */
+  int32_t reserved;
 } fa3jit_quantize_params;
 
 /* Zero-fills *params, sets struct_size and hadamard = 1 (rope NONE, rotary_dim head_dim). q_block_rows and

@@ -179,6 +179,7 @@ class ForwardParams(ctypes.Structure):
         ("sinks", ctypes.c_void_p),
         # Appended for a transposed V (fa3jit.h: fa3jit_v_layout); FORWARD_PARAMS_SIZE_BEFORE_V_LAYOUT leaves it out.
         ("v_layout", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),  # 0: the tail padding made explicit (fa3jit.h)
     ]
 
     def __init__(self, **fields: Any):
@@ -274,6 +275,7 @@ class QuantizeParams(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         # Appended for a transposed V (fa3jit.h: fa3jit_v_layout).
         ("v_layout", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),  # 0: the tail padding made explicit (fa3jit.h)
     ]
 
     def __init__(self, **fields: Any):
@@ -288,6 +290,8 @@ class CallPlan(ctypes.Structure):
         ("struct_size", ctypes.c_size_t),
         ("num_splits", ctypes.c_int32),
         ("pack_gqa", ctypes.c_int32),
+        ("block_m", ctypes.c_int32),
+        ("block_n", ctypes.c_int32),
         ("workspace_bytes", ctypes.c_size_t),
     ]
 
@@ -631,9 +635,10 @@ class Runtime:
         return size.value
 
     def plan(self, params: ForwardParams) -> CallPlan:
-        """fa3jit_attention_plan of the tile table's kernel: the call's num_splits, pack_gqa and workspace bytes,
-        from the shapes and serving fields (tensor pointers may be 0). Raises Fa3jitValueError for a bad argument,
-        Fa3jitRuntimeError without a driver when num_splits is 0."""
+        """fa3jit_attention_plan of the tile table's kernel: the call's num_splits, pack_gqa, tile (block_m,
+        block_n: the per-block descale blocks of an e4m3 PER_BLOCK call) and workspace bytes, from the shapes and
+        serving fields (tensor pointers may be 0). Raises Fa3jitValueError for a bad argument, Fa3jitRuntimeError
+        without a driver when num_splits is 0."""
         plan = CallPlan()
         status = self._lib.fa3jit_attention_plan(self.handle, None, ctypes.byref(params), ctypes.byref(plan))
         check(status, "fa3jit_attention_plan")

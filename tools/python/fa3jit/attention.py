@@ -66,7 +66,7 @@ _FLOAT32_MAX = 3.4028234663852886e38
 _local = threading.local()
 _ones: dict = {}                       # torch.device -> a float32 tensor [1.0]: the descale of a missing one
 _ones_lock = threading.Lock()
-# (head_dim, causal) -> (block_m, block_n) of the tile table's e4m3 kernel (per-block descale shapes).
+# (head_dim, head_dim_v, causal) -> (block_m, block_n) of the tile table's e4m3 kernel (per-block descale shapes).
 _default_blocks: dict = {}
 
 
@@ -192,10 +192,14 @@ _LAYOUTS = {"q": "(batch, seqlen_q, num_heads, head_dim)", "k": "(batch, seqlen_
             "v": "(batch, seqlen_k, num_heads_kv, head_dim_v)", "out": "(batch, seqlen_q, num_heads, head_dim_v)"}
 
 
-def _rank_error(**tensors: Any) -> ValueError:
+_V_D_MAJOR_LAYOUT = "(batch, num_heads_kv, head_dim_v, seqlen_k rounded up to 16) (the kernel's v_layout is d_major)"
+
+
+def _rank_error(v_d_major: bool = False, **tensors: Any) -> ValueError:
     for name, t in tensors.items():
         if t.dim() != 4:
-            return ValueError(f"{name} must have 4 dimensions {_LAYOUTS[name]}; got shape {tuple(t.shape)}")
+            layout = _V_D_MAJOR_LAYOUT if name == "v" and v_d_major else _LAYOUTS[name]
+            return ValueError(f"{name} must have 4 dimensions {layout}; got shape {tuple(t.shape)}")
     return ValueError("rank check failed")  # not reached
 
 
@@ -256,18 +260,32 @@ def _ones_on(device: Any) -> Any:
     return ones
 
 
-def _quant_blocks(head_dim: int, causal: bool, kernel: Any) -> Tuple[int, int]:
-    """(block_m, block_n) of the kernel an e4m3 call runs (fa3jit_attention_quant_blocks), cached."""
+def _quant_blocks(head_dim: int, causal: bool, kernel: Any, head_dim_v: Optional[int] = None) -> Tuple[int, int]:
+    """(block_m, block_n) of the kernel an e4m3 call runs, cached: `kernel`'s tile, else the tile table's for
+    (head_dim, head_dim_v, causal) (fa3jit_attention_quant_blocks for head_dim_v = head_dim, fa3jit_attention_plan
+    for other pairs, whose tile differs)."""
     if kernel is not None:
         _kernel_handles(kernel)  # TypeError / ValueError for what is not a live fa3jit.Kernel
         blocks = getattr(kernel, "_quant_blocks", None)
         if blocks is None:
             blocks = kernel._quant_blocks = _capi.quant_blocks(head_dim, causal, kernel)
         return blocks
-    key = (head_dim, causal)
+    if head_dim_v is None:
+        head_dim_v = head_dim
+    key = (head_dim, head_dim_v, causal)
     blocks = _default_blocks.get(key)
     if blocks is None:
-        blocks = _default_blocks[key] = _capi.quant_blocks(head_dim, causal)
+        if head_dim_v == head_dim:
+            blocks = _capi.quant_blocks(head_dim, causal)
+        else:
+            # A per_block call of these head dims, no split: the plan's tile is its descale blocks (not tuned).
+            rows = 1024
+            params = _capi.ForwardParams(dtype=_E4M3, quant=_capi.QUANT_PER_BLOCK, causal=1 if causal else 0, batch=1,
+                                         seqlen_q=rows, seqlen_k=rows, num_heads=1, num_heads_kv=1, head_dim=head_dim,
+                                         head_dim_v=head_dim_v)
+            plan = _capi.runtime().plan(params)
+            blocks = (plan.block_m, plan.block_n)
+        _default_blocks[key] = blocks
     return blocks
 
 
@@ -304,7 +322,7 @@ def _descale_fields(q: Any, descales: Tuple[Any, Any, Any], batch: int, num_head
                              f"{_PER_BLOCK_SHAPES[name]}")
     fields = [_capi.QUANT_PER_BLOCK if per_block else _capi.QUANT_PER_HEAD]
     if per_block:
-        block_m, block_n = _quant_blocks(head_dim, bool(causal) and seqlen_q > 1, kernel)
+        block_m, block_n = _quant_blocks(head_dim, bool(causal) and seqlen_q > 1, kernel, head_dim_v)
         expected = {"q_descale": (batch, num_heads, -(-seqlen_q // block_m)),
                     "k_descale": (batch, num_heads_kv, -(-seqlen_k // block_n)),
                     "v_descale": (batch, num_heads_kv, head_dim_v)}
@@ -480,7 +498,7 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
         else:
             batch_v, seqlen_v, num_heads_v, head_dim_v = v.shape
     except ValueError:  # not 4 values to unpack
-        raise _rank_error(q=q, k=k, v=v) from None
+        raise _rank_error(v_d_major, q=q, k=k, v=v) from None
     if batch_k != batch or head_dim_k != head_dim:
         raise ValueError(f"k has shape {tuple(k.shape)}; expected (batch={batch}, seqlen_k, num_heads_kv, "
                          f"head_dim={head_dim}) to match q {tuple(q.shape)}")
@@ -570,14 +588,19 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
     return (out, lse) if return_lse else out
 
 
-def fp8_quant_blocks(head_dim: int, causal: bool = False, kernel: Optional[_capi.Kernel] = None) -> Tuple[int, int]:
+def fp8_quant_blocks(head_dim: int, causal: bool = False, kernel: Optional[_capi.Kernel] = None,
+                     head_dim_v: Optional[int] = None) -> Tuple[int, int]:
     """(block_m, block_n) of per-block e4m3 descales: q_descale holds one value per block_m query rows
     (batch, num_heads, ceil(seqlen_q / block_m)), k_descale one per block_n key rows (batch, num_heads_kv,
     ceil(seqlen_k / block_n)). For `kernel` when given (its spec's tile), else for the tile table's e4m3 kernel
-    of (head_dim, causal), the one flash_attn_func runs (kernels/attention_fwd/tile_table.cpp, e.g. 128 x 160
-    at head_dim 128; read through fa3jit_attention_quant_blocks, so the numbers are never copied here). A causal call with seqlen_q = 1 runs the non-causal kernel: use causal=False for it.
-    Needs no GPU and no torch. Raises fa3jit.Fa3jitValueError for a head_dim that e4m3 does not support,
+    of (head_dim, head_dim_v, causal), the one flash_attn_func runs (kernels/attention_fwd/tile_table.cpp, e.g.
+    128 x 160 at head_dim 128; read through fa3jit_attention_quant_blocks, or fa3jit_attention_plan when head_dim_v
+    differs from head_dim, so the numbers are never copied here). head_dim_v None = head_dim. A causal call with
+    seqlen_q = 1 runs the non-causal kernel: use causal=False for it.
+    Needs no GPU and no torch. Raises fa3jit.Fa3jitValueError for head dims that e4m3 does not support,
     ValueError for a closed kernel, TypeError for a kernel that is not an fa3jit.Kernel."""
     if kernel is not None and not isinstance(kernel, _capi.Kernel):
         raise TypeError(f"kernel: expected an fa3jit.Kernel or None; got {type(kernel).__name__}")
-    return _capi.quant_blocks(head_dim, causal, kernel)
+    if kernel is not None:
+        return _capi.quant_blocks(head_dim, causal, kernel)
+    return _quant_blocks(int(head_dim), bool(causal), None, None if head_dim_v is None else int(head_dim_v))

@@ -187,7 +187,7 @@ def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
       multiple of 8), as FlashAttention's apply_rotary_emb.
     seed: an int in [0, 2**64) choosing D. quant: "per_block", the only layout the pre-pass writes.
     block_m, block_n: query rows per q_descale entry and key rows per k_descale entry, multiples of 16 in
-      [16, 256]; None = fa3jit.fp8_quant_blocks(head_dim) (non-causal), the tile of the e4m3 kernel
+      [16, 256]; None = fa3jit.fp8_quant_blocks(head_dim, head_dim_v=v's) (non-causal), the tile of the e4m3 kernel
       flash_attn_func runs. A causal call (seqlen_q > 1) or a pinned kernel may have another tile: pass
       fa3jit.fp8_quant_blocks(head_dim, causal, kernel) (fa3jit.flash_attn_fp8_func does).
 
@@ -222,7 +222,7 @@ def quantize_fp8(q: Any, k: Any, v: Any, hadamard: bool = True, seed: int = 0,
                          f"num_heads and num_heads_kv must be >= 1 (there is nothing to quantise)")
     tables = _checked_rope(rope, seqlen_q, seqlen_k, head_dim)
     if block_m is None or block_n is None:
-        default_m, default_n = _attention._quant_blocks(head_dim, False, None)
+        default_m, default_n = _attention._quant_blocks(head_dim, False, None, head_dim_v)
         block_m = default_m if block_m is None else block_m
         block_n = default_n if block_n is None else block_n
     block_m, block_n = _check_block(block_m, "block_m"), _check_block(block_n, "block_n")
@@ -299,17 +299,17 @@ def flash_attn_fp8_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] =
     q, k, v, _, sizes = _checked_inputs(q, k, v)
     batch, seqlen_q, seqlen_k, num_heads, num_heads_kv, head_dim, head_dim_v = sizes
     causal = _check_flag(causal, "causal")
+    if v_layout not in _V_LAYOUTS:
+        raise ValueError(f"v_layout is {v_layout!r}; expected one of {', '.join(map(repr, _V_LAYOUTS))}")
     if min(batch, seqlen_q, seqlen_k, num_heads, num_heads_kv) < 1:
         # Nothing to quantise; flash_attn_func's answer for these shapes, computed on the 16-bit tensors.
         return _attention.flash_attn_func(q, k, v, softmax_scale, causal, return_lse, out)
-    if v_layout not in _V_LAYOUTS:
-        raise ValueError(f"v_layout is {v_layout!r}; expected one of {', '.join(map(repr, _V_LAYOUTS))}")
     # A decode-shaped call (seqlen_q <= 64) takes the tile table's own kernel choice (the decode tile), which a
     # pinned d_major kernel would bypass.
     d_major = v_layout == "d_major" and seqlen_q > 64
     v_layout = "d_major" if d_major else "seq_major"
     kernel = _d_major_kernel(head_dim, head_dim_v, causal, q.dtype) if d_major else None
-    block_m, block_n = _attention._quant_blocks(head_dim, causal and seqlen_q > 1, kernel)
+    block_m, block_n = _attention._quant_blocks(head_dim, causal and seqlen_q > 1, kernel, head_dim_v)
     q8, k8, v8, q_descale, k_descale, v_descale = quantize_fp8(q, k, v, hadamard=hadamard, seed=seed, rope=rope,
                                                                block_m=block_m, block_n=block_n, v_layout=v_layout)
     return _attention.flash_attn_func(q8, k8, v8, softmax_scale, causal, return_lse, out, kernel,
