@@ -489,7 +489,8 @@ def error_for(status: int, function: str) -> Fa3jitError:
     next fa3jit call of the thread replaces it)."""
     message = library().fa3jit_last_error().decode(errors="replace") or "(no message)"
     error_type = Fa3jitValueError if status in VALUE_ERROR_STATUSES else Fa3jitRuntimeError
-    return error_type(status, f"{function}: {message}")
+    # Some library messages already begin with the function's name: not twice.
+    return error_type(status, message if message.startswith(function + ":") else f"{function}: {message}")
 
 
 def check(status: int, function: str) -> None:
