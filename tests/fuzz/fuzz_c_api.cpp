@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -322,5 +323,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_REQUIRE(attention.programmatic_serialization == 0, "the attention kernel was launched with programmatic "
                "serialization");
+  if (kernel == nullptr) {
+    // The plan of the call (fa3jit_attention_plan), from the params and from their shapes alone (no tensor), is what
+    // the launch did: as many splits, and the workspace it sized.
+    fa3jit::attention_fwd::Params launched;
+    std::memcpy(&launched, attention.params, sizeof(launched));
+    fa3jit_forward_params shapes = p;  // this header's bytes only: a larger struct_size's trailing zeros are not copied
+    shapes.struct_size = std::min(p.struct_size, sizeof(shapes));
+    for (fa3jit_tensor* t : {&shapes.q, &shapes.k, &shapes.v, &shapes.out}) t->data = nullptr;
+    for (const fa3jit_forward_params* asked : {&p, &shapes}) {
+      fa3jit_call_plan plan;
+      plan.struct_size = sizeof(plan);
+      FUZZ_REQUIRE(fa3jit_attention_plan(g_runtime, nullptr, asked, &plan) == FA3JIT_OK,
+                   "the plan of an accepted call failed: %s", fa3jit_last_error());
+      FUZZ_REQUIRE(plan.num_splits == launched.num_splits && (launches == 2) == (plan.num_splits > 1),
+                   "the plan says %d splits, the launch ran %d (%d launches)", plan.num_splits, launched.num_splits,
+                   launches);
+      FUZZ_REQUIRE(plan.num_splits == 1 ? plan.workspace_bytes == 0 : plan.workspace_bytes <= p.workspace_bytes,
+                   "the plan's workspace %zu bytes, the call's %zu", plan.workspace_bytes, p.workspace_bytes);
+    }
+  }
   return 0;
 }
