@@ -465,6 +465,7 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
     check_runtime(runtime, "fa3jit_attention_workspace_size");
     if (params == nullptr || bytes == nullptr) invalid("fa3jit_attention_workspace_size: params or bytes is NULL");
     const fa3jit_forward_params current = current_params(*params);
+    check_reserved(current.reserved, "fa3jit_forward_params");
     check_serving_options(current);
     // Without a split nothing else is read (workspace_size's contract: 0 without a KV split), so that sizing the
     // workspace of such a call needs no tensors and no driver, as before the serving fields.
@@ -475,7 +476,8 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
 fa3jit_status fa3jit_attention_plan(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
                                     const fa3jit_forward_params* params, fa3jit_call_plan* plan) {
   return guarded("fa3jit_attention_plan", [&] {
-    check_runtime(runtime, "fa3jit_attention_plan");
+    // The plan never depends on the runtime (tuned tiles are not part of it): NULL is allowed, a stale one is not.
+    if (runtime != nullptr) check_runtime(runtime, "fa3jit_attention_plan");
     if (kernel != nullptr) check_kernel(kernel, "fa3jit_attention_plan");
     if (params == nullptr || plan == nullptr) invalid("fa3jit_attention_plan: params or plan is NULL");
     check_struct_size(plan, "fa3jit_call_plan", false);

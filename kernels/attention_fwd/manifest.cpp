@@ -5,6 +5,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -261,19 +262,26 @@ size_t warm_manifest(Runtime& runtime, const json& manifest, size_t jobs) {
   std::atomic<bool> failed{false};
   std::mutex mu;  // guards error
   std::exception_ptr error;
+  // Each kernel's request (generated source and key), built once by whichever of busy / work sees it first: both run
+  // on the thread that took the item, and the second pass starts after the first has joined.
+  std::vector<std::optional<KernelRequest>> requests(kernels.size());
+  auto request = [&](size_t i) -> const KernelRequest& {
+    if (!requests[i]) requests[i] = request_for(split_spec_document(kernels[i].spec));
+    return *requests[i];
+  };
   // A kernel another process sharing the cache directory is compiling (ranks warming one manifest) comes last.
   run_deferring(
       kernels.size(), jobs == 0 ? background_compile_jobs() : jobs,
       [&](size_t i) noexcept {
         try {
-          return runtime.compiling_elsewhere(request_for(split_spec_document(kernels[i].spec)));
+          return runtime.compiling_elsewhere(request(i));
         } catch (...) {
           return false;  // its error comes from work
         }
       },
       [&](size_t i) noexcept {
         try {
-          if (!runtime.prepare(request_for(split_spec_document(kernels[i].spec))).cache_hit) ++compiled;
+          if (!runtime.prepare(request(i)).cache_hit) ++compiled;
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           if (!error) error = std::current_exception();  // the first failure; the others stop taking kernels

@@ -93,6 +93,13 @@ class Tensor:
         self.filled = value
         return self
 
+    def __getitem__(self, index):  # a slice of a filled one-dimensional tensor (the metadata's head)
+        assert isinstance(index, slice) and isinstance(self.filled, list), index
+        return _tensor_of(self.filled[index], self.dtype, self.device)
+
+    def tolist(self):
+        return list(self.filled)
+
 
 def _empty(shape, dtype, device):
     t = Tensor(shape, dtype, device)
@@ -112,7 +119,7 @@ torch.full = _full
 torch.ones = lambda shape, dtype, device: _full(shape, 1.0, dtype, device)
 
 
-def _tensor_of(values, dtype, device):
+def _tensor_of(values, dtype=None, device="cpu"):
     t = _empty((len(values),), dtype, device)
     t.filled = list(values)
     return t
@@ -411,23 +418,34 @@ expect(ValueError, ["out.dtype is torch.float32", "an e4m3 call writes"], kvcach
 expect(ValueError, ["v_cache.dtype is torch.bfloat16 but k_cache.dtype is torch.float8_e4m3fn"], kvcache, q8, kp8,
        vp, used, table)
 
-# ---- get_scheduler_metadata: the plan of the calls it describes ---------------------------------------------
+# ---- get_scheduler_metadata: the schedule of a batch, planned once, run by its calls ---------------------------
 
-# The schedule of a paged decode step, asked ahead with FlashAttention-3's arguments: the library plans from the
-# same layout and serving fields the call then hands it (so it plans the same), with no tensor given.
-capacity = max_pages * page_size
-metadata = fa3jit.get_scheduler_metadata(batch, 1, capacity, heads, heads_kv, d, used, qkv_dtype=bf,
+# A paged decode step asked ahead with FlashAttention-3's arguments and the batch's longest key length (below the
+# cache's capacity): the library plans from the layout and serving fields the call hands it, no tensor given, and
+# the call given the metadata runs its (num_splits, pack_gqa) (the stand-in plan says 5 and 1).
+longest = 300
+metadata = fa3jit.get_scheduler_metadata(batch, 1, longest, heads, heads_kv, d, used, qkv_dtype=bf,
                                          page_size=page_size, causal=True)
-assert metadata.dtype is i32 and metadata.shape == (2,) and metadata.filled == [5, 1] and metadata.device == used.device
+assert metadata.dtype is i32 and metadata.shape == (2,) and metadata.filled == [5, 1]
+assert metadata.device == Device("cpu")
 asked = PLAN_QUERIES[-1]
-assert (asked.q.data, asked.k.data, asked.out.data, asked.workspace) == (None, None, None, None)
+assert (asked.k.data, asked.v.data, asked.out.data, asked.workspace) == (None, None, None, None)
+assert asked.q.data == used.data_ptr()  # its device: cache_seqlens'
+assert (asked.max_seqlen_k, asked.page_size, asked.max_pages) == (longest, page_size, -(-longest // page_size))
 fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, causal=True, scheduler_metadata=metadata)
 call = last_call()
 for field in ("dtype", "causal", "batch", "seqlen_q", "num_heads", "num_heads_kv", "head_dim", "head_dim_v",
-              "quant", "max_seqlen_k", "page_size", "max_pages", "num_splits", "pack_gqa", "window_left",
-              "window_right", "softcap", "cu_seqlens_q"):
+              "quant", "page_size", "window_left", "window_right", "softcap", "cu_seqlens_q"):
     assert getattr(asked, field) == getattr(call, field), (field, getattr(asked, field), getattr(call, field))
-assert asked.seqused_k is not None and asked.page_table is not None  # present: the layout is paged
+assert (asked.seqused_k is not None, asked.page_table is not None) == (True, True)  # present: the layout is paged
+assert (asked.num_splits, asked.pack_gqa) == (0, -1) and (call.num_splits, call.pack_gqa) == (5, 1)
+assert SIZE_QUERIES[-1].num_splits == 5  # the workspace sized for the planned splits
+# The same schedule asked for explicitly is accepted; a disagreeing one is refused, naming both.
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, num_splits=5, pack_gqa=True, scheduler_metadata=metadata)
+expect(ValueError, ["num_splits is 2 but scheduler_metadata plans 5 splits"], kvcache, qd, kp, vp, used, table,
+       num_splits=2, scheduler_metadata=metadata)
+expect(ValueError, ["pack_gqa is False but scheduler_metadata plans pack_gqa=True"], fa3jit.flash_attn_varlen_func,
+       q, k, v, cu_q, cu_k, 239, 400, pack_gqa=False, scheduler_metadata=metadata)
 # Packed q with a dense cache, GQA packing and splits pinned, a window and softcap, an e4m3 cache.
 cu_q4 = Tensor((batch + 1,), i32)
 fa3jit.get_scheduler_metadata(batch, 7, 512, heads, heads_kv, d, used, qkv_dtype=torch.float8_e4m3fn,
@@ -449,6 +467,7 @@ for kwargs, needles in (({"max_seqlen_k_new": 4}, ["max_seqlen_k_new=4", "not su
                         ({"qkv_dtype": torch.float32}, ["qkv_dtype is torch.float32"]),
                         ({"page_size": 0}, ["page_size is 0"]),
                         ({"num_splits": -1}, ["num_splits is -1"]),
+                        ({"headdim_v": -8}, ["headdim_v is -8; expected a non-negative int"]),
                         ({"cu_seqlens_q": Tensor((batch,), i32)}, ["cu_seqlens_q has shape (3,)"]),
                         ({"cu_seqlens_q": Tensor((batch + 1,), i32, device="cuda:1")}, ["cu_seqlens_q is on cuda:1"])):
     try:
@@ -459,6 +478,7 @@ for kwargs, needles in (({"max_seqlen_k_new": 4}, ["max_seqlen_k_new=4", "not su
     else:
         raise AssertionError(f"get_scheduler_metadata accepted {kwargs}")
 for args, needles in (((batch, -1, 512, heads, heads_kv, d, used), ["max_seqlen_q is -1"]),
+                      ((batch, 1, None, heads, heads_kv, d, used), ["max_seqlen_k is None"]),
                       ((batch, 1, 512, heads, heads_kv, d, Tensor((batch + 1,), i32)), ["cache_seqlens has shape (4,)"]),
                       ((batch, 1, 512, heads, heads_kv, d, Tensor((batch,), i32, device="cpu")),
                        ["cache_seqlens is on cpu"])):
@@ -470,15 +490,19 @@ for args, needles in (((batch, -1, 512, heads, heads_kv, d, used), ["max_seqlen_
     else:
         raise AssertionError(f"get_scheduler_metadata accepted {args}")
 assert len(PLAN_QUERIES) == plans, "a refused call reached the library"
-# The calls check the metadata they are given (its values are not read): int32, 1-D, >= 2 elements, q's device or
-# the CPU; a longer buffer it was copied into is fine.
-fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, scheduler_metadata=Tensor((64,), i32, device="cpu"))
-fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, scheduler_metadata=metadata)
+# The calls check the metadata they are given: int32, one dimension, >= 2 elements. A longer CPU buffer holding it
+# is read; a copy on q's device is not read (the call plans from its own arguments); another device is refused.
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, scheduler_metadata=_tensor_of([3, 0] + [0] * 62, i32))
+assert (last_call().num_splits, last_call().pack_gqa) == (3, 0)
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, scheduler_metadata=Tensor((2,), i32))
+assert (last_call().num_splits, last_call().pack_gqa) == (0, -1)
 expect(ValueError, ["scheduler_metadata is torch.int64 (2,)", "get_scheduler_metadata"], kvcache, qd, kp, vp, used,
        table, scheduler_metadata=Tensor((2,), torch.int64))
 expect(ValueError, ["scheduler_metadata is torch.int32 (1,)"], fa3jit.flash_attn_varlen_func, q, k, v, cu_q, cu_k,
        239, 400, scheduler_metadata=Tensor((1,), i32))
 expect(ValueError, ["scheduler_metadata is on cuda:1"], kvcache, qd, kp, vp, used, table,
        scheduler_metadata=Tensor((2,), i32, device="cuda:1"))
+expect(ValueError, ["scheduler_metadata holds (num_splits, pack_gqa) = (0, 1)"], kvcache, qd, kp, vp, used, table,
+       scheduler_metadata=_tensor_of([0, 1], i32))
 
 print("ok")

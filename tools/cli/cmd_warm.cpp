@@ -86,15 +86,20 @@ std::vector<Item> items_of(Runtime& runtime, const std::vector<std::string>& fil
   return items;
 }
 
-Outcome warm_one(Runtime& runtime, const Item& item) {
+// `request`: the item's request when already built (the deferral's probe built it), else null.
+Outcome warm_one(Runtime& runtime, const Item& item, const KernelRequest* request) {
   Outcome out;
   const std::string file = item.spec ? fmt::format("{} [{}]", item.file, item.what) : item.file;
   try {
-    const SpecDocument document = item.spec ? split_spec_document(*item.spec)
-                                            : load_spec_document(item.file);  // its errors name the file
+    std::optional<KernelRequest> built;
+    if (request == nullptr) {
+      built = request_for(item.spec ? split_spec_document(*item.spec)
+                                    : load_spec_document(item.file));  // its errors name the file
+      request = &*built;
+    }
     PreparedKernel k;
     try {
-      k = runtime.prepare(request_for(document));
+      k = runtime.prepare(*request);
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("{}: {}", file, e.what()));
     }
@@ -136,11 +141,14 @@ int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
   std::mutex print_mu;
   // Whether another process sharing the cache directory is compiling item i's kernel (ranks warming one manifest):
   // then it is warmed after all the others (run_deferring), by when that process has mostly published it.
+  // The probe builds the item's request (spec read, source generated, key hashed) once, for warm_one to use: both
+  // run on the thread that took the item, and the second pass starts after the first has joined.
+  std::vector<std::optional<KernelRequest>> requests(items.size());
   auto busy = [&](size_t i) noexcept {
     try {
       const Item& item = items[i];
-      return runtime.compiling_elsewhere(
-          request_for(item.spec ? split_spec_document(*item.spec) : load_spec_document(item.file)));
+      requests[i] = request_for(item.spec ? split_spec_document(*item.spec) : load_spec_document(item.file));
+      return runtime.compiling_elsewhere(*requests[i]);
     } catch (...) {
       return false;  // warm_one reports it
     }
@@ -148,7 +156,7 @@ int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
   auto work = [&](size_t i) noexcept {
     Outcome outcome;
     try {
-      outcome = warm_one(runtime, items[i]);
+      outcome = warm_one(runtime, items[i], requests[i] ? &*requests[i] : nullptr);
     } catch (...) {  // only when even the error line could not be built (host memory exhausted)
       outcome = Outcome{};
     }

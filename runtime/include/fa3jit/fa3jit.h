@@ -287,7 +287,7 @@ typedef struct fa3jit_forward_params {
   int32_t v_layout;
   /* 0 (fa3jit_forward_params_init). The struct's tail padding made explicit: the place of the next int32 field, so
    * that a newer caller's value there reaches this library as a non-zero reserved (INVALID_ARGUMENT) instead of
-   * unseen padding. */
+   * unseen padding. A caller that fills the struct without fa3jit_forward_params_init or memset must zero it. */
   int32_t reserved;
 } fa3jit_forward_params;
 
@@ -361,8 +361,9 @@ typedef struct fa3jit_call_plan {
   size_t struct_size;     /* sizeof(fa3jit_call_plan) as compiled by the caller */
   int32_t num_splits;     /* KV splits the call runs: 1 = none (params.num_splits, or the heuristic's choice for 0) */
   int32_t pack_gqa;       /* 1 = the query heads of a KV head share one M tile (params.pack_gqa, or the heuristic's) */
-  int32_t block_m;        /* the tile table's kernel's tile: query rows (with PER_BLOCK descales, the rows of one */
-  int32_t block_n;        /* q_descale entry) and keys (of one k_descale entry); a tuned tile may differ otherwise */
+  int32_t block_m;        /* the kernel's tile (`kernel`'s, else the tile table's): query rows (with PER_BLOCK */
+  int32_t block_n;        /* descales, of one q_descale entry) and keys (of one k_descale entry); without a kernel a
+                           * tuned tile the runtime applies may differ, except for PER_BLOCK calls and splits */
   size_t workspace_bytes; /* what params.workspace must hold: fa3jit_attention_workspace_size */
 } fa3jit_call_plan;
 
@@ -373,8 +374,9 @@ typedef struct fa3jit_call_plan {
  * seqused_k or page_table needs a non-NULL pointer there, never dereferenced). The split heuristic counts the SMs of
  * q's device (with q.data NULL, the current context's device, else device 0): only num_splits 0 needs the driver. The plan
  * is a function of these arguments and the device's SM count only, so the same call plans the same way every time.
- * Fills *plan (its struct_size set by the caller; fields this library does not know stay as they were).
- * Errors: INVALID_ARGUMENT (NULL runtime, params or plan, struct_size, the shape and serving-field errors of
+ * Fills *plan (its struct_size set by the caller; fields this library does not know stay as they were). runtime may
+ * be NULL (the plan does not depend on it); needs no GPU unless num_splits is 0.
+ * Errors: INVALID_ARGUMENT (a stale runtime, NULL params or plan, struct_size, the shape and serving-field errors of
  *   fa3jit_attention_forward); UNSUPPORTED; NO_DRIVER (num_splits 0 without a driver); DRIVER. */
 FA3JIT_API fa3jit_status fa3jit_attention_plan(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
                                                const fa3jit_forward_params* params, fa3jit_call_plan* plan);

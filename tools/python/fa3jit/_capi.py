@@ -536,6 +536,18 @@ def fp8_key_positions() -> Tuple[int, ...]:
     return tuple(positions)
 
 
+def plan(params: ForwardParams, kernel: Optional["Kernel"] = None) -> CallPlan:
+    """fa3jit_attention_plan: how a call with these params runs on `kernel` (None: the tile table's kernel): its
+    num_splits, pack_gqa, tile (block_m, block_n: an e4m3 PER_BLOCK call's descale blocks) and workspace bytes,
+    from the shapes and serving fields (tensor pointers may be 0); needs no runtime, and the CUDA driver only when
+    num_splits is 0. Raises Fa3jitValueError for a bad argument, Fa3jitRuntimeError without a driver."""
+    result = CallPlan()
+    status = library().fa3jit_attention_plan(None, None if kernel is None else kernel.handle, ctypes.byref(params),
+                                             ctypes.byref(result))
+    check(status, "fa3jit_attention_plan")
+    return result
+
+
 def quant_blocks(head_dim: int, causal: bool = False, kernel: Optional["Kernel"] = None) -> Tuple[int, int]:
     """fa3jit_attention_quant_blocks: (block_m, block_n), the query rows per q_descale entry and the key rows per
     k_descale entry of per-block e4m3 descales, for `kernel` when given, else for the tile table's e4m3 kernel
@@ -634,16 +646,6 @@ class Runtime:
         status = self._lib.fa3jit_attention_workspace_size(self.handle, ctypes.byref(params), ctypes.byref(size))
         check(status, "fa3jit_attention_workspace_size")
         return size.value
-
-    def plan(self, params: ForwardParams) -> CallPlan:
-        """fa3jit_attention_plan of the tile table's kernel: the call's num_splits, pack_gqa, tile (block_m,
-        block_n: the per-block descale blocks of an e4m3 PER_BLOCK call) and workspace bytes, from the shapes and
-        serving fields (tensor pointers may be 0). Raises Fa3jitValueError for a bad argument, Fa3jitRuntimeError
-        without a driver when num_splits is 0."""
-        plan = CallPlan()
-        status = self._lib.fa3jit_attention_plan(self.handle, None, ctypes.byref(params), ctypes.byref(plan))
-        check(status, "fa3jit_attention_plan")
-        return plan
 
 
 class Kernel:

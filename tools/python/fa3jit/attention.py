@@ -278,12 +278,13 @@ def _quant_blocks(head_dim: int, causal: bool, kernel: Any, head_dim_v: Optional
         if head_dim_v == head_dim:
             blocks = _capi.quant_blocks(head_dim, causal)
         else:
-            # A per_block call of these head dims, no split: the plan's tile is its descale blocks (not tuned).
+            # A per_block call of these head dims, no split: the plan's tile is its descale blocks (never a tuned one,
+            # and independent of the lengths: per_block calls take no decode tile).
             rows = 1024
             params = _capi.ForwardParams(dtype=_E4M3, quant=_capi.QUANT_PER_BLOCK, causal=1 if causal else 0, batch=1,
                                          seqlen_q=rows, seqlen_k=rows, num_heads=1, num_heads_kv=1, head_dim=head_dim,
                                          head_dim_v=head_dim_v)
-            plan = _capi.runtime().plan(params)
+            plan = _capi.plan(params)
             blocks = (plan.block_m, plan.block_n)
         _default_blocks[key] = blocks
     return blocks

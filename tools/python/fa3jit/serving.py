@@ -304,16 +304,32 @@ def _kv_layout(k: Any, v: Any, names: Tuple[str, str], batch: int, head_dim: int
     return kv
 
 
-def _check_metadata(metadata: Any, q: Any) -> None:
-    """scheduler_metadata as get_scheduler_metadata makes it: int32, one dimension, at least METADATA_LENGTH
-    elements (a longer buffer it was copied into is fine), on q's device or the CPU. Its values are not read."""
+def _metadata_plan(metadata: Any, q: Any, splits: int, packing: int) -> Tuple[int, int]:
+    """The call's (num_splits, pack_gqa) with scheduler_metadata: int32, one dimension, at least METADATA_LENGTH
+    elements (a longer buffer it was copied into is fine), on the CPU or q's device. On the CPU (as
+    get_scheduler_metadata returns it) its (num_splits, pack_gqa) are the call's, read without a synchronisation; a
+    num_splits or pack_gqa argument that disagrees is a ValueError. On the device its values cannot be read
+    without a synchronisation: the call plans from its own arguments, as without it."""
     t = _tensor(metadata, "scheduler_metadata")
     if t.dtype is not _attention._torch.int32 or t.dim() != 1 or t.shape[0] < METADATA_LENGTH:
         raise ValueError(f"scheduler_metadata is {t.dtype} {tuple(t.shape)}; expected the torch.int32 "
                          f"({METADATA_LENGTH},) tensor fa3jit.get_scheduler_metadata returns (or a longer "
                          f"one-dimensional int32 buffer holding it)")
-    if t.is_cuda and t.get_device() != q.get_device():
-        raise ValueError(f"scheduler_metadata is on {t.device}; expected q's device {q.device} or the CPU")
+    if t.is_cuda:
+        if t.get_device() != q.get_device():
+            raise ValueError(f"scheduler_metadata is on {t.device}; expected the CPU or q's device {q.device}")
+        return splits, packing
+    planned_splits, planned_packing = t[:METADATA_LENGTH].tolist()
+    if planned_splits < 1 or planned_packing not in (0, 1):  # the library range-checks the splits
+        raise ValueError(f"scheduler_metadata holds (num_splits, pack_gqa) = ({planned_splits}, {planned_packing}); "
+                         f"expected at least 1 split and pack_gqa 0 or 1, as get_scheduler_metadata writes them")
+    if splits not in (0, planned_splits):
+        raise ValueError(f"num_splits is {splits} but scheduler_metadata plans {planned_splits} splits; pass the "
+                         f"num_splits given to get_scheduler_metadata (or 0)")
+    if packing not in (-1, planned_packing):
+        raise ValueError(f"pack_gqa is {bool(packing)} but scheduler_metadata plans pack_gqa={bool(planned_packing)}; "
+                         f"pass the pack_gqa given to get_scheduler_metadata (or None)")
+    return planned_splits, planned_packing
 
 
 def _max_length(cu_seqlens: Any) -> int:
@@ -545,7 +561,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     out = None if out is None else _tensor(out, "out")
     _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
     if scheduler_metadata is not None:
-        _check_metadata(scheduler_metadata, q)
+        splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
     out_dtype, fp8_fields = None, _NO_FP8
     if fp8:
         q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
@@ -658,7 +674,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     out = None if out is None else _tensor(out, "out")
     _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
     if scheduler_metadata is not None:
-        _check_metadata(scheduler_metadata, q)
+        splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
     if fill_seqlens is not None:
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
     out_dtype, fp8_fields = None, _NO_FP8
@@ -681,24 +697,27 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
                            causal: bool = False, window_size: Tuple[int, int] = (-1, -1), attention_chunk: int = 0,
                            has_softcap: bool = False, num_splits: int = 0, pack_gqa: Optional[bool] = None,
                            sm_margin: int = 0) -> Any:
-    """The schedule of the flash_attn_with_kvcache / flash_attn_varlen_func calls of one batch, computed ahead
-    (FlashAttention-3's get_scheduler_metadata, same arguments): a torch.int32 tensor (METADATA_LENGTH,) =
-    (num_splits, pack_gqa) on cache_seqlens' device, the KV splits and GQA packing those calls run, from the
-    heuristics the launch uses (fa3jit_attention_plan; FA3's num_splits_heuristic and should_pack_gqa).
+    """The schedule of one batch's attention calls, computed once ahead of them (FlashAttention-3's
+    get_scheduler_metadata, same arguments): a torch.int32 CPU tensor (METADATA_LENGTH,) = (num_splits, pack_gqa),
+    from the heuristics the launch uses (fa3jit_attention_plan; FA3's num_splits_heuristic and should_pack_gqa)
+    over the batch's longest key length max_seqlen_k.
 
-    The calls take it as scheduler_metadata=, so code written for FlashAttention-3 runs unchanged, and check it
-    (int32, one dimension of at least METADATA_LENGTH elements, on q's device or the CPU); they do not read its
-    values: fa3jit's plan is a function of the call's shapes and the device's SM count alone, computed on the host
-    per call (cached per shape class, about a microsecond), so no value has to come back from the device, under
-    CUDA graphs included. The tensor says what the calls will do, for logging and tests.
+    flash_attn_with_kvcache and flash_attn_varlen_func given it as scheduler_metadata= run that schedule: its
+    (num_splits, pack_gqa) become theirs (a num_splits or pack_gqa argument that disagrees is a ValueError), read
+    from host memory, so no value comes back from the device, under CUDA graphs too. (Without it a kvcache call
+    plans over the cache's capacity, max_pages * page_size or seqlen_cache, which may split differently.) A copy
+    on the device (FlashAttention-3 keeps its metadata there) is checked and not read: the call then plans from its
+    own arguments.
 
-    Shapes as in FlashAttention-3: cache_seqlens (batch_size,) torch.int32 on a CUDA device; cu_seqlens_q
-    (batch_size + 1,) torch.int32 for packed q (then max_seqlen_q bounds each sequence's queries); page_size for a
-    paged cache (max_seqlen_k then rounded up to whole pages, as the kvcache call's capacity); qkv_dtype
-    torch.float16, torch.bfloat16 (default) or torch.float8_e4m3fn; headdim_v None = headdim. num_splits: 0 = the
-    heuristic, 1 = none, > 1 = that many; pack_gqa None = the heuristic. Needs the CUDA driver (the SM count).
-    Raises ValueError naming the argument; NotImplementedError for cu_seqlens_k_new, cache_leftpad,
-    max_seqlen_k_new, attention_chunk and sm_margin away from their defaults (features fa3jit lacks).
+    Shapes as in FlashAttention-3: cache_seqlens (batch_size,) torch.int32 on a CUDA device (the device whose SM
+    count the heuristic uses); cu_seqlens_q (batch_size + 1,) torch.int32 for packed q (max_seqlen_q then bounds
+    each sequence's queries); page_size for a paged cache; qkv_dtype the cache's dtype: torch.float16,
+    torch.bfloat16 (default) or torch.float8_e4m3fn (an FP8 cache, whatever q's dtype); headdim_v None = headdim;
+    has_softcap: whether the calls pass a softcap. num_splits: 0 = the heuristic, 1 = none, > 1 = that many;
+    pack_gqa None = the heuristic. Needs the CUDA driver (the SM count) when num_splits is 0.
+    Raises ValueError naming the argument (fa3jit.Fa3jitValueError for what the library refuses);
+    NotImplementedError for cu_seqlens_k_new, cache_leftpad, max_seqlen_k_new, attention_chunk and sm_margin away
+    from their defaults (features fa3jit lacks).
     """
     function = "get_scheduler_metadata"
     if not (cu_seqlens_k_new is None and cache_leftpad is None and attention_chunk == 0 and sm_margin == 0):
@@ -710,13 +729,14 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
     if _attention._Tensor is None:
         _attention._bind_torch()
     torch = _attention._torch
-    batch = _checked_length(batch_size, "batch_size")
-    max_q = _checked_length(max_seqlen_q, "max_seqlen_q")
-    max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
-    num_heads = _checked_length(num_heads_q, "num_heads_q")
-    heads_kv = _checked_length(num_heads_kv, "num_heads_kv")
-    head_dim = _checked_length(headdim, "headdim")
-    head_dim_v = head_dim if headdim_v is None else _checked_length(headdim_v, "headdim_v")
+    sizes = {}
+    for name, value in (("batch_size", batch_size), ("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k),
+                        ("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv), ("headdim", headdim),
+                        ("headdim_v", headdim if headdim_v is None else headdim_v)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} is {value!r}; expected a non-negative int")
+        sizes[name] = value
+    batch, max_q, max_k = sizes["batch_size"], sizes["max_seqlen_q"], sizes["max_seqlen_k"]
     dtype = torch.bfloat16 if qkv_dtype is None else qkv_dtype
     code = _attention._DTYPE_CODES.get(dtype)
     if code is None:
@@ -729,13 +749,13 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
     if cu_q is not None and (not cu_q.is_cuda or cu_q.get_device() != seqused.get_device()):
         raise ValueError(f"cu_seqlens_q is on {cu_q.device}; expected cache_seqlens' device {seqused.device}")
     splits, packing = _checked_options(num_splits, pack_gqa)
-    if not isinstance(has_softcap, bool):
-        raise ValueError(f"has_softcap is {has_softcap!r}; expected a bool")
-    variant = _checked_variant(window_size, 30.0 if has_softcap else 0.0, None, num_heads, None)
-    # The index tensors' presence selects the layout; the plan never reads through their pointers.
+    variant = _checked_variant(window_size, 30.0 if has_softcap else 0.0, None, sizes["num_heads_q"], None)
+    # Shapes only: the plan reads no tensor. cache_seqlens stands for q (whose device the heuristic asks the driver
+    # for) and for the index tensors whose presence selects the layout; none is dereferenced.
     present = seqused.data_ptr()
-    fields = dict(dtype=code, causal=1 if causal else 0, batch=batch, num_heads=num_heads, num_heads_kv=heads_kv,
-                  head_dim=head_dim, head_dim_v=head_dim_v, seqused_k=present, num_splits=splits, pack_gqa=packing,
+    fields = dict(dtype=code, causal=1 if causal else 0, batch=batch, num_heads=sizes["num_heads_q"],
+                  num_heads_kv=sizes["num_heads_kv"], head_dim=sizes["headdim"], head_dim_v=sizes["headdim_v"],
+                  q=_capi.Tensor(data=present), seqused_k=present, num_splits=splits, pack_gqa=packing,
                   window_left=variant.window_left, window_right=variant.window_right, softcap=variant.softcap,
                   quant=_capi.QUANT_PER_HEAD if code == _capi.DTYPE_E4M3 else _capi.QUANT_NONE)
     if cu_q is not None:
@@ -743,23 +763,12 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
     else:
         fields.update(seqlen_q=max_q)
     if page_size is not None:
-        page = _checked_length(page_size, "page_size")
-        if page < 1:
-            raise ValueError(f"page_size is {page}; expected at least one key per page")
-        pages = max(1, -(-max_k // page))
-        fields.update(page_table=present, page_size=page, max_pages=pages, page_table_stride=pages,
-                      num_pages=max(1, batch) * pages, max_seqlen_k=pages * page)
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size is {page_size!r}; expected an int >= 1 (keys per page)")
+        pages = max(1, -(-max_k // page_size))
+        fields.update(page_table=present, page_size=page_size, max_pages=pages, page_table_stride=pages,
+                      num_pages=max(1, batch) * pages, max_seqlen_k=max_k)
     else:
         fields.update(seqlen_k=max_k)
-    params = _capi.ForwardParams(**fields)
-    device = seqused.get_device()
-    switch = _attention._current_device is not None and _attention._current_device() != device
-    context = torch.cuda.device(device) if switch else None
-    if context is not None:
-        context.__enter__()
-    try:
-        plan = _capi.runtime().plan(params)
-    finally:
-        if context is not None:
-            context.__exit__(None, None, None)
-    return torch.tensor([plan.num_splits, plan.pack_gqa], dtype=torch.int32, device=seqused.device)
+    plan = _capi.plan(_capi.ForwardParams(**fields))
+    return torch.tensor([plan.num_splits, plan.pack_gqa], dtype=torch.int32)
