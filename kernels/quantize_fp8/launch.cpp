@@ -122,7 +122,7 @@ CallShape check_shape(const Spec& spec, const Geometry& g, const QuantizeArgs& a
 
 // Device-side checks: every tensor on q's device, inside its allocation (with its strides), the outputs
 // overlapping nothing. Returns the context the call runs in.
-CUcontext check_device_tensors(const Spec& spec, const QuantizeArgs& a, const CallShape& s, void* stream) {
+CallDevice check_device_tensors(const Spec& spec, const QuantizeArgs& a, const CallShape& s, void* stream) {
   const CallDevice device = call_device(a.q.data, "q.data", "q");
   check_context_and_stream(device, stream);
   const int in_bytes = dtype_size(spec.dtype);
@@ -160,7 +160,7 @@ CUcontext check_device_tensors(const Spec& spec, const QuantizeArgs& a, const Ca
       if (outputs[i].range.overlaps(outputs[j].range))
         bad_argument(fmt::format("argument {} overlaps {}; outputs must be disjoint", outputs[i].name, outputs[j].name));
   }
-  return device.ctx;
+  return device;
 }
 
 // A size-1 dimension's index is always 0: its stride (whatever the caller passed) is never used.
@@ -256,19 +256,24 @@ void check_unsupported(const QuantizeArgs& a) {
 void launch_checked(Runtime& runtime, const Spec& spec, const QuantizeArgs& args, void* stream) {
   const Geometry g = derive_geometry(spec);
   const CallShape shape = check_shape(spec, g, args);
-  const CUcontext ctx = check_device_tensors(spec, args, shape, stream);
+  const CallDevice device = check_device_tensors(spec, args, shape, stream);
   LoadedKernel& kernel = plan_for(runtime, spec);
-  const CUfunction function = kernel.function_for(ctx);
+  const CUfunction function = kernel.function_for(device.ctx);
   Params params = make_params(spec, args, shape);
+  params.prefetch_ctas = resident_ctas(g, multiprocessor_count(device.ordinal));
   const auto cu_stream = static_cast<CUstream>(stream);
-  // Stream order is the only ordering the passes need: v_descale is zeroed by the first launch, merged into by
-  // the second and read by the third.
+  // v_descale is zeroed by the first launch, merged into by the second and read by the third. The first waits for
+  // everything before it on the stream (it writes q8, k8 and the descales an earlier kernel may still read); the
+  // V passes are launched with programmatic stream serialization and wait for the pass before them
+  // (griddepcontrol.wait) before they touch v_descale or v8, so only their V loads overlap its end.
+  LaunchInvariants overlapping = kernel.launch();
+  overlapping.waits_for_prerequisites = true;
   params.pass = kPassQk;
   launch_kernel(function, kernel.launch(), shape.qk_grid, &params, cu_stream, "launching the FP8 pre-pass (Q, K)");
   params.pass = kPassVAmax;
-  launch_kernel(function, kernel.launch(), shape.v_grid, &params, cu_stream, "launching the FP8 pre-pass (V amax)");
+  launch_kernel(function, overlapping, shape.v_grid, &params, cu_stream, "launching the FP8 pre-pass (V amax)");
   params.pass = kPassVQuant;
-  launch_kernel(function, kernel.launch(), shape.v_grid, &params, cu_stream, "launching the FP8 pre-pass (V)");
+  launch_kernel(function, overlapping, shape.v_grid, &params, cu_stream, "launching the FP8 pre-pass (V)");
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ namespace fake_support {
 struct FakeDriver {
   void* handle = nullptr;
   int (*last_launch)(FakeCudaLaunch*) = nullptr;
+  int (*launch)(int, FakeCudaLaunch*) = nullptr;
   uint64_t (*alloc)(uint64_t) = nullptr;
   uint64_t (*alloc_on)(int, uint64_t) = nullptr;
   int (*device_count)() = nullptr;
@@ -36,6 +37,7 @@ inline const FakeDriver& fake_driver() {
     REQUIRE(r.handle != nullptr);
     auto symbol = [&](const char* name) { return dlsym(r.handle, name); };
     r.last_launch = reinterpret_cast<int (*)(FakeCudaLaunch*)>(symbol("fake_cuda_last_launch"));
+    r.launch = reinterpret_cast<int (*)(int, FakeCudaLaunch*)>(symbol("fake_cuda_launch"));
     r.alloc = reinterpret_cast<uint64_t (*)(uint64_t)>(symbol("fake_cuda_alloc"));
     r.alloc_on = reinterpret_cast<uint64_t (*)(int, uint64_t)>(symbol("fake_cuda_alloc_on"));
     r.device_count = reinterpret_cast<int (*)()>(symbol("fake_cuda_device_count"));
@@ -45,6 +47,7 @@ inline const FakeDriver& fake_driver() {
         reinterpret_cast<void (*)(const char*, uint64_t)>(symbol("fake_cuda_set_param_bytes_for"));
     INFO("the loaded libcuda.so.1 is not the fake driver; run with LD_LIBRARY_PATH=<build>/fake_driver");
     REQUIRE(r.last_launch != nullptr);
+    REQUIRE(r.launch != nullptr);
     REQUIRE(r.alloc != nullptr);
     REQUIRE(r.alloc_on != nullptr);
     REQUIRE(r.device_count != nullptr);
@@ -65,6 +68,13 @@ inline int launch_count() { return fake_driver().last_launch(nullptr); }
 inline FakeCudaLaunch last_launch() {
   FakeCudaLaunch r{};
   REQUIRE(fake_driver().last_launch(&r) > 0);
+  return r;
+}
+
+/// Launch number n (1-based, one of the last 8 kept); REQUIREs that it is kept.
+inline FakeCudaLaunch launch_number(int n) {
+  FakeCudaLaunch r{};
+  REQUIRE(fake_driver().launch(n, &r) == 1);
   return r;
 }
 

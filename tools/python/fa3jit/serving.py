@@ -316,7 +316,7 @@ def _metadata_plan(metadata: Any, q: Any, splits: int, packing: int) -> Tuple[in
                          f"({METADATA_LENGTH},) tensor fa3jit.get_scheduler_metadata returns (or a longer "
                          f"one-dimensional int32 buffer holding it)")
     if t.is_cuda:
-        if t.get_device() != q.get_device():
+        if q.is_cuda and t.get_device() != q.get_device():  # a CPU q is _check_devices' error
             raise ValueError(f"scheduler_metadata is on {t.device}; expected the CPU or q's device {q.device}")
         return splits, packing
     planned_splits, planned_packing = t[:METADATA_LENGTH].tolist()
@@ -559,9 +559,9 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     splits, packing = _checked_options(num_splits, pack_gqa)
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
     out = None if out is None else _tensor(out, "out")
-    _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
     if scheduler_metadata is not None:
         splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
+    _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
     out_dtype, fp8_fields = None, _NO_FP8
     if fp8:
         q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
@@ -672,9 +672,9 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     splits, packing = _checked_options(num_splits, pack_gqa)
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
     out = None if out is None else _tensor(out, "out")
-    _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
     if scheduler_metadata is not None:
         splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
+    _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
     if fill_seqlens is not None:
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
     out_dtype, fp8_fields = None, _NO_FP8
