@@ -12,11 +12,6 @@ int idle_warps(int slots, int w) { return slots - (slots / w) * w; }
 
 }  // namespace
 
-int resident_ctas(const Geometry& g, int sm_count) {
-  const int ctas = std::max(1, sm_count) * g.min_ctas_per_sm;
-  return std::max(1, ctas / g.cluster_size) * g.cluster_size;
-}
-
 int warps_per_block(int block_rows, int head_dim) { return block_rows * head_dim / 1024; }
 
 Geometry derive_geometry(const Spec& spec) {

@@ -60,10 +60,6 @@ struct Geometry {
   int smem_bytes;       // static shared memory: block amax slots, sign bits, V channel table
 };
 
-/// CTAs of a pass resident at once on `sm_count` SMs (min_ctas_per_sm each, whole clusters, at least one cluster):
-/// how far ahead a CTA prefetches (Params::prefetch_ctas).
-int resident_ctas(const Geometry& g, int sm_count);
-
 /// R * head_dim / 1024 (R a multiple of 16, head_dim >= 64: an integer).
 int warps_per_block(int block_rows, int head_dim);
 

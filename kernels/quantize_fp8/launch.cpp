@@ -260,7 +260,6 @@ void launch_checked(Runtime& runtime, const Spec& spec, const QuantizeArgs& args
   LoadedKernel& kernel = plan_for(runtime, spec);
   const CUfunction function = kernel.function_for(device.ctx);
   Params params = make_params(spec, args, shape);
-  params.prefetch_ctas = resident_ctas(g, multiprocessor_count(device.ordinal));
   const auto cu_stream = static_cast<CUstream>(stream);
   // v_descale is zeroed by the first launch, merged into by the second and read by the third. The first waits for
   // everything before it on the stream (it writes q8, k8 and the descales an earlier kernel may still read); the

@@ -108,8 +108,7 @@ enum Pass : int { kPassQk = 0, kPassVAmax = 1, kPassVQuant = 2 };
   FIELD(int, q_clusters)           /* kPassQk: clusters of Q blocks; the K clusters follow them */        \
   FIELD(int, v_chunks)             /* ceil(seqlen_k / v_rows_per_cta): V chunks per (batch, kv head) */   \
   FIELD(int, v_units)              /* batch * num_heads_kv * v_chunks: CTAs with V work */                \
-  FIELD(int, v_descale_count)      /* batch * num_heads_kv * head_dim_v */                                \
-  FIELD(int, prefetch_ctas)        /* CTAs resident at once: a CTA prefetches the rows of the one this many after it */
+  FIELD(int, v_descale_count)      /* batch * num_heads_kv * head_dim_v */
 
 struct Params {
   FA3JIT_QUANTIZE_FP8_PARAMS(FA3JIT_PARAMS_DECLARE)

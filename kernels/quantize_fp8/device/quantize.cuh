@@ -16,9 +16,8 @@
 // kPassVAmax: a CTA reduces the per-channel amax of v_rows_per_cta tokens of one (batch, kv head) (shuffles,
 //   then a shared table) and merges it into v_descale with one red.global.max per channel, on the bit
 //   pattern of descale_from_amax (monotone, so the maximum of descales is the descale of the maximum).
-// Every pass asks the L2 for the rows of the CTA Params::prefetch_ctas after it (about one wave ahead) once its own
-// loads are in flight. The V passes start while the pass before them finishes (programmatic dependent launch):
-// their V loads are issued before griddepcontrol.wait, the accumulator is touched only after it.
+// The V passes start while the pass before them finishes (programmatic dependent launch): their V loads are issued
+// before griddepcontrol.wait, the accumulator is touched only after it.
 // kPassVQuant: the same CTAs in reverse order (the V data the previous pass read last is still in L2) read
 //   the accumulator, quantise and store 8 channels per lane; the first chunk's CTA writes 1 where a channel's
 //   accumulator stayed 0 (an all-zero channel, quantised to 0 with any descale).
@@ -65,13 +64,6 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/// Asks the L2 for `bytes` (a multiple of 16) at `src` (16-byte aligned) without waiting or holding a register:
-/// the data of a CTA one wave ahead is in flight while this one computes (PTX ISA §9.7.9.25.4
-/// cp.async.bulk.prefetch). A hint: it never faults the kernel's correctness, only its speed.
-__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // ---- Q and K ---------------------------------------------------------------------------------------------
 
 /// One of Q, K as kPassQk sees it (strides in elements; outputs are bytes).
@@ -101,73 +93,6 @@ __device__ __forceinline__ constexpr float hadamard_norm() {
   return kHeadDim == 64 ? 0.125f : (kHeadDim == 128 ? 0.08838834764831844055f : 0.0625f);
 }
 
-/// The row a thread of kPassQk handles (device/layout.cuh: kLanes adjacent lanes per row): the warps of a cluster
-/// numbered across its CTAs and cut into blocks of Blk::kWarpsPerBlock warps (geometry.h). `rank`: the CTA's
-/// place in its cluster. The one statement of the mapping: the CTA's own work and the prefetch of another's.
-struct QkSlot {
-  int cluster_warp, block_in_cluster, warp_in_block;
-  int block;    // index into the tensor's descales
-  bool active;  // the warp has a block (warp-uniform)
-  int b, h, row;
-  bool row_ok;  // active and row < seqlen
-};
-
-template <class Cfg, class Blk>
-__device__ __forceinline__ QkSlot qk_slot(const QkTensor& t, int cluster_index, int rank) {
-  constexpr int kLanes = row_lanes(Cfg::kHeadDim);
-  constexpr int kRowsPerWarp = 32 / kLanes;
-  constexpr int kW = Blk::kWarpsPerBlock;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  QkSlot s{};
-  s.cluster_warp = rank * Cfg::kWarps + static_cast<int>(threadIdx.x / 32);
-  s.block_in_cluster = s.cluster_warp / kW;
-  s.warp_in_block = s.cluster_warp % kW;
-  s.block = cluster_index * Blk::kBlocksPerCluster + s.block_in_cluster;
-  s.active = s.block_in_cluster < Blk::kBlocksPerCluster && s.block < t.num_blocks;
-  if (s.active) {
-    const int row_block = s.block % t.blocks_per_seq;
-    const int bh = s.block / t.blocks_per_seq;  // descale layout: (batch, heads, blocks_per_seq)
-    s.h = bh % t.heads;
-    s.b = bh / t.heads;
-    s.row = row_block * Blk::kBlockRows + s.warp_in_block * kRowsPerWarp + lane / kLanes;
-  }
-  s.row_ok = s.active && s.row < t.seqlen;
-  return s;
-}
-
-__device__ __forceinline__ const char* qk_row_address(const QkTensor& t, const QkSlot& s) {
-  return t.in + 2 * (s.b * t.in_batch + static_cast<long long>(s.row) * t.in_seq + s.h * t.in_head);
-}
-
-/// Prefetches into the L2 the rows CTA `cta` of kPassQk will load (the first lane of each row asks for the whole
-/// row): Params::prefetch_ctas ahead, the CTA that takes this one's place a wave later.
-template <class Cfg>
-__device__ __forceinline__ void prefetch_qk_cta(const Params& p, int cta) {
-  if (cta >= static_cast<int>(gridDim.x)) return;
-  if (threadIdx.x % row_lanes(Cfg::kHeadDim) != 0) return;
-  const int cluster = cta / Cfg::kClusterSize, rank = cta % Cfg::kClusterSize;
-  const bool is_q = cluster < p.q_clusters;
-  const QkTensor t = is_q ? q_tensor(p) : k_tensor(p);
-  const QkSlot s = is_q ? qk_slot<Cfg, typename Cfg::QBlocks>(t, cluster, rank)
-                        : qk_slot<Cfg, typename Cfg::KBlocks>(t, cluster - p.q_clusters, rank);
-  if (s.row_ok) prefetch_l2(qk_row_address(t, s), 2 * Cfg::kHeadDim);
-}
-
-/// Prefetches into the L2 the V rows of unit `unit` of the V passes (a unit: v_rows_per_cta tokens of one
-/// (batch, kv head)), a row of 2 head_dim_v bytes per thread and step.
-template <class Cfg>
-__device__ __forceinline__ void prefetch_v_unit(const Params& p, int unit) {
-  if (unit < 0 || unit >= p.v_units) return;
-  const int chunk = unit % p.v_chunks;
-  const int bh = unit / p.v_chunks;
-  const int h = bh % p.num_heads_kv, b = bh / p.num_heads_kv;
-  const char* base = static_cast<const char*>(p.v) + 2 * (b * p.v_stride_batch + h * p.v_stride_head);
-  for (int r = static_cast<int>(threadIdx.x); r < Cfg::kVRowsPerCta; r += Cfg::kNumThreads) {
-    const int row = chunk * Cfg::kVRowsPerCta + r;
-    if (row < p.seqlen_k) prefetch_l2(base + 2 * static_cast<long long>(row) * p.v_stride_seq, 2 * Cfg::kHeadDimV);
-  }
-}
-
 /// kPassQk for the blocks of one tensor (Blk: QuantizeConfig::QBlocks or KBlocks) in cluster `cluster_index`
 /// of that tensor. Called by every thread of every CTA of the cluster (the barriers are cluster-wide).
 template <class Cfg, class Blk>
@@ -180,19 +105,27 @@ __device__ __forceinline__ void quantize_qk_blocks(const Params& p, const QkTens
   static_assert(Blk::kBlockRows == kW * kRowsPerWarp, "a block is whole warps");
   static_assert(Blk::kBlocksPerCluster * kW <= kC * Cfg::kWarps, "blocks fit the cluster");
   const int lane = static_cast<int>(threadIdx.x % 32);
+  const int warp = static_cast<int>(threadIdx.x / 32);
   const int lane_in_row = lane % kLanes;
-  const QkSlot slot = qk_slot<Cfg, Blk>(t, cluster_index, static_cast<int>(blockIdx.x % kC));
-  const int block_in_cluster = slot.block_in_cluster, warp_in_block = slot.warp_in_block, block = slot.block;
-  const int cluster_warp = slot.cluster_warp;
-  const bool active = slot.active;
-  const int b = slot.b, h = slot.h, row = slot.row;
-  const bool row_ok = slot.row_ok;
+  const int rank = static_cast<int>(blockIdx.x % kC);  // 1-D clusters tile the grid along x
+  const int cluster_warp = rank * Cfg::kWarps + warp;
+  const int block_in_cluster = cluster_warp / kW;
+  const int warp_in_block = cluster_warp % kW;
+  const int block = cluster_index * Blk::kBlocksPerCluster + block_in_cluster;  // = index into t.descale
+  const bool active = block_in_cluster < Blk::kBlocksPerCluster && block < t.num_blocks;  // warp-uniform
+  int b = 0, h = 0, row = 0;
+  if (active) {
+    const int row_block = block % t.blocks_per_seq;
+    const int bh = block / t.blocks_per_seq;  // descale layout: (batch, heads, blocks_per_seq)
+    h = bh % t.heads;
+    b = bh / t.heads;
+    row = row_block * Blk::kBlockRows + warp_in_block * kRowsPerWarp + lane / kLanes;
+  }
+  const bool row_ok = active && row < t.seqlen;
 
-  // ---- 1. the next wave's rows asked of the L2 (before this CTA's loads hold registers), loads in flight,
-  //         Hadamard signs, cluster start-up.
-  prefetch_qk_cta<Cfg>(p, static_cast<int>(blockIdx.x) + p.prefetch_ctas);
+  // ---- 1. loads in flight, Hadamard signs, cluster start-up.
   uint32_t raw[kRowChunks][4];
-  const char* src = qk_row_address(t, slot);
+  const char* src = t.in + 2 * (b * t.in_batch + static_cast<long long>(row) * t.in_seq + h * t.in_head);
 #pragma unroll
   for (int k = 0; k < kRowChunks; ++k) {
     if (row_ok) {
@@ -284,7 +217,6 @@ __device__ __forceinline__ void v_channel_amax(const Params& p, float (*s_vmax)[
   const int row0 = chunk * Cfg::kVRowsPerCta + warp * kRowsPerWarp + lane / kVLanes;
   const char* base = static_cast<const char*>(p.v) + 2 * (b * p.v_stride_batch + h * p.v_stride_head) + 16 * channel_group;
 
-  prefetch_v_unit<Cfg>(p, unit + p.prefetch_ctas);  // before this CTA's loads hold registers
   uint32_t raw[Cfg::kVSteps][4];
 #pragma unroll
   for (int s = 0; s < Cfg::kVSteps; ++s) {
@@ -375,7 +307,6 @@ __device__ __forceinline__ void v_quantize(const Params& p, uint8_t* staging) {
   char* out = static_cast<char*>(p.v8) + (b * p.v8_stride_batch + h * p.v8_stride_head) +
               (Cfg::kVDMajor ? 0 : 8 * channel_group);
 
-  prefetch_v_unit<Cfg>(p, unit - p.prefetch_ctas);  // the unit of CTA blockIdx.x + prefetch_ctas
   uint32_t raw[Cfg::kVSteps][4];
 #pragma unroll
   for (int s = 0; s < Cfg::kVSteps; ++s) {
