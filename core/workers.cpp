@@ -25,12 +25,13 @@ size_t run_deferring(size_t count, size_t jobs, const std::function<bool(size_t)
                      const std::function<void(size_t)>& work, const std::function<bool()>& stop) noexcept {
   std::mutex mu;
   std::vector<size_t> deferred;
-  size_t ran = 0;
+  size_t missing = 0;
   // One pass over order[0, n): items taken from a shared counter; the first pass defers the busy ones.
   auto pass = [&](const size_t* order, size_t n, bool defer_busy) {
     if (n == 0) return;
     std::atomic<size_t> next{0};
-    ran = std::max(ran, run_workers(std::clamp<size_t>(jobs, 1, n), [&]() noexcept {
+    const size_t asked = std::clamp<size_t>(jobs, 1, n);
+    const size_t ran = run_workers(asked, [&]() noexcept {
       for (size_t k = next++; k < n && !stop(); k = next++) {
         const size_t i = order == nullptr ? k : order[k];
         if (defer_busy && busy(i)) {
@@ -44,12 +45,13 @@ size_t run_deferring(size_t count, size_t jobs, const std::function<bool(size_t)
         }
         work(i);
       }
-    }));
+    });
+    missing = std::max(missing, asked - std::min(asked, ran));
   };
   pass(nullptr, count, true);
   const std::vector<size_t> second = std::move(deferred);
   pass(second.data(), second.size(), false);
-  return ran;
+  return missing;
 }
 
 size_t background_compile_jobs() noexcept {

@@ -15,8 +15,8 @@ size_t run_workers(size_t jobs, const std::function<void()>& worker) noexcept;
 /// every i for which busy(i) is true (its kernel is being compiled by another process sharing the cache directory)
 /// for the second, which runs them after all the others, by then mostly published by that process. So processes
 /// warming the same kernels split them instead of waiting on each other. Each i runs exactly once. Once stop()
-/// is true no further item is taken. busy and work must not throw. Returns how many worker threads ran (the most
-/// of the two passes).
+/// is true no further item is taken. busy and work must not throw. Returns the worker threads that could not be started
+/// in the pass that lacked the most (a pass asks for min(jobs, its items), at least 1): 0 when every pass had them all.
 size_t run_deferring(size_t count, size_t jobs, const std::function<bool(size_t)>& busy,
                      const std::function<void(size_t)>& work, const std::function<bool()>& stop) noexcept;
 

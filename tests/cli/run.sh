@@ -110,7 +110,7 @@ touch -d '-2 hours' "$FA3JIT_CACHE_DIR/.tmp-notes"
 (failures=0
  ulimit -v 8388608
  ulimit -s 16777216
- expect 0 'could start only 1 of 2 worker threads' "$fa3jit" cache warm "$spec" "$root/configs/fp16_d64.json" -j 2
+ expect 0 'could not start 1 of the 2 worker threads' "$fa3jit" cache warm "$spec" "$root/configs/fp16_d64.json" -j 2
  exit $failures) || failures=$((failures + $?))
 [[ -e "$orphan" ]] && fail "the publish left the dead writer's temp file $orphan"
 expect 0 'removed 2 entries' "$fa3jit" cache clear

@@ -48,7 +48,7 @@ TEST_CASE("run_deferring runs every item once, the busy ones after all the other
     std::atomic<size_t> done{0};
     std::atomic<size_t> others_done_when_busy_ran{kCount};
     auto busy = [](size_t i) noexcept { return i == 0 || i == 7; };
-    run_deferring(
+    const size_t missing = run_deferring(
         kCount, jobs, busy,
         [&](size_t i) noexcept {
           ++runs[i];
@@ -60,6 +60,7 @@ TEST_CASE("run_deferring runs every item once, the busy ones after all the other
           ++done;
         },
         []() noexcept { return false; });
+    CHECK(missing == 0);  // threads start here
     for (size_t i = 0; i < kCount; ++i) CHECK(runs[i] == 1);
     // The second pass starts once the first has joined: every non-busy item was done before any busy one ran.
     CHECK(others_done_when_busy_ran == kCount - 2);

@@ -173,9 +173,10 @@ int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
     }
   };
   // The calling thread is one of the workers; a thread that cannot be started means fewer workers, never an abort.
-  const size_t ran = run_deferring(items.size(), jobs, busy, work, []() noexcept { return false; });
-  if (ran < jobs && !items.empty())
-    fmt::print(stderr, "fa3jit: warning: could start only {} of {} worker threads; compiled with {}\n", ran, jobs, ran);
+  const size_t missing = run_deferring(items.size(), jobs, busy, work, []() noexcept { return false; });
+  if (missing > 0)
+    fmt::print(stderr, "fa3jit: warning: could not start {} of the {} worker threads asked for; compiled with fewer\n",
+               missing, jobs);
   const CubinCache& cache = runtime.cache();
   const size_t warmed = items.size() + errors.size() - failures;
   fmt::print("{} kernel{} warmed into {}, {} failed\n", warmed, warmed == 1 ? "" : "s",
