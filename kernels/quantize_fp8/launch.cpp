@@ -122,7 +122,7 @@ CallShape check_shape(const Spec& spec, const Geometry& g, const QuantizeArgs& a
 
 // Device-side checks: every tensor on q's device, inside its allocation (with its strides), the outputs
 // overlapping nothing. Returns the context the call runs in.
-CallDevice check_device_tensors(const Spec& spec, const QuantizeArgs& a, const CallShape& s, void* stream) {
+CUcontext check_device_tensors(const Spec& spec, const QuantizeArgs& a, const CallShape& s, void* stream) {
   const CallDevice device = call_device(a.q.data, "q.data", "q");
   check_context_and_stream(device, stream);
   const int in_bytes = dtype_size(spec.dtype);
@@ -160,7 +160,7 @@ CallDevice check_device_tensors(const Spec& spec, const QuantizeArgs& a, const C
       if (outputs[i].range.overlaps(outputs[j].range))
         bad_argument(fmt::format("argument {} overlaps {}; outputs must be disjoint", outputs[i].name, outputs[j].name));
   }
-  return device;
+  return device.ctx;
 }
 
 // A size-1 dimension's index is always 0: its stride (whatever the caller passed) is never used.
@@ -256,9 +256,9 @@ void check_unsupported(const QuantizeArgs& a) {
 void launch_checked(Runtime& runtime, const Spec& spec, const QuantizeArgs& args, void* stream) {
   const Geometry g = derive_geometry(spec);
   const CallShape shape = check_shape(spec, g, args);
-  const CallDevice device = check_device_tensors(spec, args, shape, stream);
+  const CUcontext ctx = check_device_tensors(spec, args, shape, stream);
   LoadedKernel& kernel = plan_for(runtime, spec);
-  const CUfunction function = kernel.function_for(device.ctx);
+  const CUfunction function = kernel.function_for(ctx);
   Params params = make_params(spec, args, shape);
   const auto cu_stream = static_cast<CUstream>(stream);
   // v_descale is zeroed by the first launch, merged into by the second and read by the third. The first waits for
