@@ -479,8 +479,8 @@ static inline void fa3jit_quantize_params_init(fa3jit_quantize_params* params) {
  * pointers: three kernel launches in stream order (q and k; the V channel amax; V; the first waits for all earlier
  * work on the stream, the V passes may start as the pass before them ends and wait for it on the device:
  * programmatic dependent launch), no allocation, no synchronisation, CUDA-graph capturable. The kernel of (dtype,
- * head dims, hadamard, rope, rotary_dim, block rows) is compiled on the first call of its class and cached in the runtime. Asynchronous: errors of the kernel
- * itself surface at the next synchronisation of the stream. Follow it on the same stream with
+ * head dims, hadamard, rope, rotary_dim, block rows) is compiled on the first call of its class and cached in the
+ * runtime. Asynchronous: errors of the kernel itself surface at the next synchronisation of the stream. Follow it on the same stream with
  * fa3jit_attention_forward (dtype E4M3, quant PER_BLOCK, the descales above).
  * Errors (argument checks come before anything touches device memory):
  *   INVALID_ARGUMENT: runtime or params NULL; a stale runtime; struct_size, dtype, hadamard or rope out of range;

@@ -339,9 +339,12 @@ def _max_length(cu_seqlens: Any) -> int:
     return int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item())
 
 
-def _checked_length(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} is {value!r}; expected a non-negative int or None")
+def _checked_length(value: Any, name: str, minimum: int = 0, or_none: bool = True) -> int:
+    """value as an int >= minimum (a bool is not one); ValueError naming `name`, the value and what is allowed
+    (" or None" where the caller's argument may also be None)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        allowed = "a non-negative int" if minimum == 0 else f"an int >= {minimum}"
+        raise ValueError(f"{name} is {value!r}; expected {allowed}{' or None' if or_none else ''}")
     return value
 
 
@@ -729,13 +732,11 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
     if _attention._Tensor is None:
         _attention._bind_torch()
     torch = _attention._torch
-    sizes = {}
-    for name, value in (("batch_size", batch_size), ("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k),
-                        ("num_heads_q", num_heads_q), ("num_heads_kv", num_heads_kv), ("headdim", headdim),
-                        ("headdim_v", headdim if headdim_v is None else headdim_v)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} is {value!r}; expected a non-negative int")
-        sizes[name] = value
+    sizes = {name: _checked_length(value, name, or_none=False)
+             for name, value in (("batch_size", batch_size), ("max_seqlen_q", max_seqlen_q),
+                                 ("max_seqlen_k", max_seqlen_k), ("num_heads_q", num_heads_q),
+                                 ("num_heads_kv", num_heads_kv), ("headdim", headdim),
+                                 ("headdim_v", headdim if headdim_v is None else headdim_v))}
     batch, max_q, max_k = sizes["batch_size"], sizes["max_seqlen_q"], sizes["max_seqlen_k"]
     dtype = torch.bfloat16 if qkv_dtype is None else qkv_dtype
     code = _attention._DTYPE_CODES.get(dtype)
@@ -763,8 +764,7 @@ def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int
     else:
         fields.update(seqlen_q=max_q)
     if page_size is not None:
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size is {page_size!r}; expected an int >= 1 (keys per page)")
+        _checked_length(page_size, "page_size", minimum=1)  # keys per page
         pages = max(1, -(-max_k // page_size))
         fields.update(page_table=present, page_size=page_size, max_pages=pages, page_table_stride=pages,
                       num_pages=max(1, batch) * pages, max_seqlen_k=max_k)
