@@ -33,6 +33,7 @@ __device__ __forceinline__ int warpgroup_index() {
 enum NamedBarrier : int {
   kBarrierEpilogueBase = 1,   // + consumer warpgroup index: its 128 threads before the O store (ids 1..3)
   kBarrierSchedulerBase = 4,  // + consumer warpgroup index: pingpong GEMM turns (ids 4..6)
+  kBarrierOStaging = 7,       // every consumer thread before a persistent CTA stages O over the V stages
 };
 
 }  // namespace fa3jit

@@ -570,7 +570,10 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   }
 
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
-  plan.grid = static_cast<unsigned>(sched.num_tiles);
+  // A persistent kernel runs one CTA per SM (its __launch_bounds__(threads, 1) registers and shared memory fit one),
+  // each striding over the tiles (device/scheduler.cuh: persistent_tile); fewer tiles than SMs, one CTA each.
+  plan.grid = static_cast<unsigned>(
+      spec.persistent ? std::min<int64_t>(sched.num_tiles, multiprocessor_count(device.ordinal)) : sched.num_tiles);
   Params& p = plan.params;
   std::memset(&p, 0, sizeof(p));  // padding and the fields a kernel does not use (tm_o of a self-storing epilogue)
   p.tm_q = make_tensor_map(a.q, q_shape, type, s.elem_bytes, static_cast<int>(sched.pack_rows),
@@ -603,6 +606,7 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   p.batch = static_cast<int>(s.batch);
   p.num_m_blocks = static_cast<int>(sched.num_m_blocks);
   p.section_heads = static_cast<int>(sched.section_heads);
+  p.num_tiles = static_cast<int>(sched.num_tiles);
   p.scale_log2 = s.softmax_scale * kLog2e;
   p.q_descale = a.q_descale.data;
   p.k_descale = a.k_descale.data;
@@ -664,7 +668,7 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
 // The tile fields of a class, comparable (TileDefaults has no order).
 auto tile_tie(const TileDefaults& t) {
   return std::tie(t.block_m, t.block_n, t.consumer_warpgroups, t.stages, t.pingpong, t.intra_wg_overlap, t.cluster_m,
-                  t.fp32_two_level_accum);
+                  t.fp32_two_level_accum, t.persistent);
 }
 
 struct ShapeClass {

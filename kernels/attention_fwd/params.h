@@ -26,6 +26,7 @@ namespace fa3jit::attention_fwd {
   FIELD(int, batch)                                                                                     \
   FIELD(int, num_m_blocks)   /* row blocks per head (of max_seqlen_q), rounded up to cluster_m */       \
   FIELD(int, section_heads)  /* causal tile order: (head, batch) pairs per L2 section (scheduler) */    \
+  FIELD(int, num_tiles)      /* tiles of the call; a persistent grid's CTAs stride over them */          \
   FIELD(const float*, q_descale) /* e4m3: launch.h ScaleView; null for 16-bit */                         \
   FIELD(const float*, k_descale)                                                                        \
   FIELD(const float*, v_descale)                                                                        \
@@ -90,9 +91,12 @@ enum VStage : int { kVStageMnMajor = 0, kVStageTransposed = 1, kVStageDMajor = 2
 /// Byte offsets of one CTA's dynamic shared memory. Every tile starts on a 1024-byte boundary (128-byte
 /// swizzle atoms, docs/kernel-design.md §2); the launch requests 1024 bytes of slack on top so the kernel
 /// can align the base of the dynamic window. Order: Q | V load stages (e4m3 seq_major) | O tail | K stages |
-/// V stages | barriers. The epilogue stages O from the start of Q over Q, the V load stages (all free by then) and
-/// the O tail: the bytes of O that Q and the load stages do not cover (an e4m3 d_major kernel's 16-bit O is twice
-/// its Q; 0 for every other kernel).
+/// V stages | O tail (persistent) | barriers. The epilogue stages O
+///  - one tile per CTA: from the start of Q over Q, the V load stages (all free by then) and the O tail before the K
+///    stages: the bytes of O that Q and the load stages do not cover (an e4m3 d_major kernel's 16-bit O is twice its
+///    Q; 0 for every other kernel);
+///  - persistent grid: from the start of the V stages over them and the O tail after them, so that the next tile's Q
+///    and first K blocks load while O is stored (FA3 aliases its O staging with V likewise).
 struct SmemPlan {
   int q_bytes;          // block_m x head_dim
   int v_load_stage_bytes;  // kVStageTransposed: block_n x head_dim_v as TMA writes V (seqlen-major), which the
@@ -102,15 +106,15 @@ struct SmemPlan {
                         // keys (K-major), in ceil(block_n / 128) column blocks of 128 keys (kVStageTransposed) or
                         // block_n / 32 boxes of 32 keys (kVStageDMajor)
   int o_bytes;          // block_m x head_dim_v in the output dtype (the epilogue's staging tile)
-  int o_tail_bytes;     // what O needs past Q and the V load stages, rounded up to 1024
-  int o_staging_bytes;  // what the epilogue may use: Q, the V load stages and the O tail
-  int q_offset, v_load_offset, k_offset, v_offset, barrier_offset;
+  int o_tail_bytes;     // what O needs past the area it is staged over, rounded up to 1024
+  int o_staging_bytes;  // what the epilogue may use: that area and the O tail
+  int q_offset, v_load_offset, k_offset, v_offset, o_offset, barrier_offset;
   int num_barriers;     // q_full + k_full, k_empty, v_full, v_empty per stage (+ v_load_full, v_load_empty with a
-                        // V load stage)
+                        // V load stage) (+ q_empty, o_empty on a persistent grid)
   int launch_bytes;     // dynamic shared memory requested at launch
 };
 
-inline constexpr int kBarrierAreaBytes = 256;  // room for the mbarriers of up to 4 stages (25 x 8 bytes)
+inline constexpr int kBarrierAreaBytes = 256;  // room for the mbarriers of up to 4 stages (27 x 8 bytes)
 inline constexpr int kSmemAlignSlack = 1024;
 
 /// Bytes of one tile row in shared memory: whole 128-byte swizzle rows (an e4m3 head_dim of 64 fills half of one;
@@ -126,7 +130,7 @@ inline constexpr int kDMajorBoxKeys = 32;
 
 
 FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int head_dim, int head_dim_v, int stages,
-                                                int elem_bytes, int out_elem_bytes, int v_stage) {
+                                                int elem_bytes, int out_elem_bytes, int v_stage, bool persistent) {
   SmemPlan p{};
   const bool load_stages = v_stage == kVStageTransposed;
   p.q_bytes = block_m * smem_row_bytes(head_dim, elem_bytes);
@@ -136,17 +140,19 @@ FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int he
                     : v_stage == kVStageDMajor   ? block_n * transposed_v_rows(head_dim_v)
                                                  : block_n * smem_row_bytes(head_dim_v, elem_bytes);
   p.o_bytes = block_m * smem_row_bytes(head_dim_v, out_elem_bytes);
-  const int lent = p.q_bytes + stages * p.v_load_stage_bytes;
-  // Only an e4m3 d_major kernel has a tail (its Q is half its O and it has no load stages); a 16-bit head_dim_v past
-  // head_dim keeps the budget check's message (tile_table.cpp).
-  p.o_tail_bytes = v_stage == kVStageDMajor && p.o_bytes > lent ? (p.o_bytes - lent + 1023) / 1024 * 1024 : 0;
+  const auto tail = [&](int lent) { return p.o_bytes > lent ? (p.o_bytes - lent + 1023) / 1024 * 1024 : 0; };
+  // One tile per CTA: O over Q and the load stages. Only an e4m3 d_major kernel has a tail there (its Q is half its O
+  // and it has no load stages); a 16-bit head_dim_v past head_dim keeps the budget check's message (tile_table.cpp).
+  const int lent = persistent ? stages * p.v_stage_bytes : p.q_bytes + stages * p.v_load_stage_bytes;
+  p.o_tail_bytes = persistent || v_stage == kVStageDMajor ? tail(lent) : 0;
   p.o_staging_bytes = lent + p.o_tail_bytes;
   p.q_offset = 0;
   p.v_load_offset = p.q_offset + p.q_bytes;
-  p.k_offset = p.v_load_offset + stages * p.v_load_stage_bytes + p.o_tail_bytes;
+  p.k_offset = p.v_load_offset + stages * p.v_load_stage_bytes + (persistent ? 0 : p.o_tail_bytes);
   p.v_offset = p.k_offset + stages * p.k_stage_bytes;
-  p.barrier_offset = p.v_offset + stages * p.v_stage_bytes;
-  p.num_barriers = 1 + (load_stages ? 6 : 4) * stages;
+  p.o_offset = persistent ? p.v_offset : p.q_offset;
+  p.barrier_offset = p.v_offset + stages * p.v_stage_bytes + (persistent ? p.o_tail_bytes : 0);
+  p.num_barriers = 1 + (load_stages ? 6 : 4) * stages + (persistent ? 2 : 0);
   p.launch_bytes = p.barrier_offset + kBarrierAreaBytes + kSmemAlignSlack;
   return p;
 }

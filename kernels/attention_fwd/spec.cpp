@@ -115,6 +115,14 @@ void check_layout(const Spec& spec) {
                         spec.varlen_k ? "varlen_k" : "paged_kv"));
 }
 
+// The reason behind each conflict, for validate()'s message.
+const char* persistent_reason(const std::string& field) {
+  if (field == "cluster_m") return "the CTAs of a cluster would have to stride over tiles in lock step";
+  if (field == "v_layout")
+    return "the producer warpgroup's V transpose stages V in shared memory the persistent O staging would share";
+  return "its tiles' sequences and key ranges are known only on the device, where a static order cannot balance them";
+}
+
 VLayout read_v_layout(const json& doc) {
   if (!doc.contains("v_layout")) return VLayout::kSeqMajor;
   const char* allowed = "\"seq_major\" or \"d_major\"";
@@ -277,6 +285,17 @@ std::string allowed_dtypes() {
   return fmt::format("one of {}", fmt::join(names, ", "));
 }
 
+std::string persistent_conflict(const Spec& spec) {
+  if (spec.varlen_q) return "varlen_q";
+  if (spec.varlen_k) return "varlen_k";
+  if (spec.paged_kv) return "paged_kv";
+  if (spec.pack_gqa) return "pack_gqa";
+  if (spec.split_kv) return "split_kv";
+  if (spec.cluster_m != 1) return "cluster_m";
+  if (spec.dtype == DType::kE4m3 && spec.v_layout != VLayout::kDMajor) return "v_layout";
+  return {};
+}
+
 void validate(const Spec& spec) {
   check_dtype(spec.dtype);
   check_head_dims(spec.dtype, spec.head_dim, spec.head_dim_v);
@@ -315,6 +334,15 @@ void validate(const Spec& spec) {
             "window_right 0, expected at most one of them true");
   check_precision(spec);
   check_layout(spec);
+  if (spec.persistent) {
+    if (const std::string field = persistent_conflict(spec); !field.empty()) {
+      const std::string value = field == "cluster_m"  ? std::to_string(spec.cluster_m)
+                                : field == "v_layout" ? fmt::format("\"{}\"", v_layout_name(spec.v_layout))
+                                                      : std::string("true");
+      invalid(fmt::format("spec field \"persistent\": true is not allowed with {} {}: {}; expected false", field,
+                          value, persistent_reason(field)));
+    }
+  }
   check_budgets(spec, derive_config(spec));
 }
 
@@ -326,8 +354,8 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "cluster_m", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa", "split_kv", "local",
-                       "softcap", "sinks"});
+                       "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
   Spec spec;
@@ -368,6 +396,9 @@ Spec parse_spec(const json& doc) {
                             defaults.pingpong && spec.intra_wg_overlap && spec.consumer_warpgroups >= 2);
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
+  // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
+  spec.persistent = read_knob(doc, "persistent", false);
+  if (!doc.contains("persistent")) spec.persistent = defaults.persistent && persistent_conflict(spec).empty();
   validate(spec);
   return spec;
 }
@@ -411,6 +442,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.local = layout.local;
   spec.softcap = layout.softcap;
   spec.sinks = layout.sinks;
+  spec.persistent = d.persistent && persistent_conflict(spec).empty();
   return spec;
 }
 
@@ -442,6 +474,7 @@ json canonical_json(const Spec& spec) {
       {"pingpong", spec.pingpong},
       {"intra_wg_overlap", spec.intra_wg_overlap},
       {"cluster_m", spec.cluster_m},
+      {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
       {"varlen_k", spec.varlen_k},
       {"paged_kv", spec.paged_kv},
@@ -468,6 +501,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.pingpong) text += " pingpong";
   if (spec.intra_wg_overlap) text += " overlap";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
+  if (spec.persistent) text += " persistent";
   if (spec.varlen_q) text += " varlen_q";
   if (spec.varlen_k) text += " varlen_k";
   if (spec.paged_kv) text += spec.paged_gather ? " paged(gather)" : " paged";

@@ -34,6 +34,10 @@
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
+//   persistent          bool, default from the tile table: one CTA per SM strides over the tiles (FA3's
+//                       persistent scheduler; device/scheduler.cuh) instead of one CTA per tile, so the next tile's
+//                       Q and first K block load while the current one finishes and its O is stored; dense
+//                       layouts with cluster_m 1 and, for e4m3, v_layout "d_major" (persistent_conflict says why not)
 // Serving layouts (launch.h: ForwardArgs; FA3's flash_attn_varlen_func / flash_attn_with_kvcache), all bool,
 // default false, each a compile-time switch of the kernel:
 //   varlen_q            q and out packed (total_q, num_heads, d), sequences delimited by cu_seqlens_q
@@ -141,6 +145,7 @@ struct Spec {
   bool pingpong = false;
   bool intra_wg_overlap = false;
   int cluster_m = 1;
+  bool persistent = false;
   bool varlen_q = false;
   bool varlen_k = false;
   bool paged_kv = false;
@@ -164,6 +169,11 @@ struct Layout {
   /// e4m3 with v given transposed (spec field v_layout "d_major").
   bool v_d_major = false;
 };
+
+/// Why `spec` cannot run on a persistent grid: the first spec field in the way ("varlen_q", "cluster_m", ...), or
+/// empty when it can. The one statement of the rule: validate() refuses a persistent spec with a conflict, and the
+/// tile table's persistent default applies only where there is none.
+std::string persistent_conflict(const Spec& spec);
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
 /// "tile.block_n"), the value and what is allowed; Error(kUnsupported) for values the language names but

@@ -131,7 +131,10 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
                 fmt::format("spec fields \"head_dim\" ({}) and \"head_dim_v\" ({}) are not supported for dtype "
                             "\"{}\"; each is {}",
                             head_dim, head_dim_v, dtype_name(dtype), allowed_head_dims(dtype)));
-  return fitted(dtype, head_dim, head_dim_v, table_tile(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal));
+  TileDefaults t = table_tile(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
+  // A persistent grid where the call's layout allows one (spec.h: persistent_conflict; tiled_spec applies it).
+  t.persistent = true;
+  return fitted(dtype, head_dim, head_dim_v, t);
 }
 
 TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
@@ -181,7 +184,12 @@ TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // (e4m3 + softcap spilled 528 bytes at FA3's d128 128x224; the table's 128x160 spills none, nor do the other
   // e4m3 rows.) The gather kernels' wide producer split leaves their consumers 232 registers (derive_config); a tile whose
   // estimate is above that narrows.
-  return layout.paged_gather ? fitted(dtype, head_dim, head_dim_v, d, layout) : d;
+  // A serving layout runs one tile per CTA (spec.h: persistent_conflict), whose O is staged over Q: a head-dim pair
+  // that fits only on the persistent grid (16-bit 64 / 256) narrows or is refused here, naming both dims.
+  const bool one_tile_per_cta =
+      layout.varlen_q || layout.varlen_k || layout.paged_kv || layout.pack_gqa || layout.split_kv;
+  return layout.paged_gather || (one_tile_per_cta && d.persistent) ? fitted(dtype, head_dim, head_dim_v, d, layout)
+                                                                    : d;
 }
 
 KernelConfig derive_config(const Spec& spec) {
@@ -238,7 +246,7 @@ KernelConfig derive_config(const Spec& spec) {
   config.elem_bytes = dtype_size(spec.dtype);
   config.out_elem_bytes = dtype_size(spec.out_dtype);
   config.smem = smem_plan(spec.block_m, spec.block_n, spec.head_dim, spec.head_dim_v, spec.stages, config.elem_bytes,
-                          config.out_elem_bytes, config.v_stage);
+                          config.out_elem_bytes, config.v_stage, spec.persistent);
   config.smem_bytes = config.smem.launch_bytes;
   return config;
 }
@@ -273,8 +281,9 @@ std::vector<std::string> budget_problems(const Spec& spec, const KernelConfig& c
   }
   if (config.smem.o_bytes > config.smem.o_staging_bytes) {
     problems.push_back(fmt::format("spec fields \"head_dim\" ({}) and \"head_dim_v\" ({}) need {} bytes to stage the "
-                                   "output, over the {} bytes the plan can lend",
-                                   spec.head_dim, spec.head_dim_v, config.smem.o_bytes, config.smem.o_staging_bytes));
+                                   "output, over the {} bytes the plan can lend{}",
+                                   spec.head_dim, spec.head_dim_v, config.smem.o_bytes, config.smem.o_staging_bytes,
+                                   spec.persistent ? "" : " (a persistent grid stages it over the V stages)"));
   }
   if (config.smem_bytes > kMaxSharedMemoryPerBlock) {
     problems.push_back(fmt::format(

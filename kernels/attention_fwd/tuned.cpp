@@ -20,7 +20,8 @@ using nlohmann::json;
 
 const std::vector<std::string>& choice_keys() {
   static const std::vector<std::string> keys = {"tile",  "consumer_warpgroups", "stages", "pingpong",
-                                                "intra_wg_overlap", "cluster_m", "fp32_two_level_accum"};
+                                                "intra_wg_overlap", "cluster_m", "fp32_two_level_accum",
+                                                "persistent"};
   return keys;
 }
 
@@ -42,6 +43,7 @@ TileDefaults tile_of(const Spec& s) {
   TileDefaults t{s.block_m, s.block_n, s.consumer_warpgroups, s.stages, s.pingpong, s.intra_wg_overlap};
   t.cluster_m = s.cluster_m;
   t.fp32_two_level_accum = s.fp32_two_level_accum;
+  t.persistent = s.persistent;
   return t;
 }
 

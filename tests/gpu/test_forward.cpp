@@ -116,3 +116,65 @@ TEST_CASE("non-default specs (other tiles, stages, schedules) run and pass", "[g
     CHECK(r.passed);
   }
 }
+
+TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit for bit", "[gpu][forward][persistent]") {
+  if (!have_gpu()) return;
+  // Each tile runs the same code in the same order on either grid, so the two must agree to the bit. Sizes: tiles
+  // past the 132 CTAs (each CTA runs several: the K/V ring, Q and the O staging handed over between tiles), a single
+  // tile, causal rows that see no key (tiles with no key block among the others). Windows, softcap and sinks on a
+  // persistent grid: test_serving.cpp, dense q.
+  struct Case {
+    const char* spec;
+    int64_t batch, seqlen_q, seqlen_k, heads, heads_kv;
+  };
+  const Case cases[] = {
+      {R"({"dtype":"bf16","head_dim":128})", 4, 1023, 1111, 8, 2},
+      {R"({"dtype":"bf16","head_dim":128,"causal":true})", 4, 1023, 4224, 8, 8},
+      {R"({"dtype":"fp16","head_dim":128,"causal":true})", 2, 4224, 799, 6, 2},  // rows 0..3424 see no key
+      {R"({"dtype":"bf16","head_dim":64,"causal":true})", 3, 2049, 2049, 8, 2},
+      {R"({"dtype":"fp16","head_dim":256})", 2, 799, 1023, 16, 4},
+      {R"({"dtype":"bf16","head_dim":128})", 1, 113, 239, 1, 1},  // one tile
+      {R"({"dtype":"bf16","head_dim":128,"intra_wg_overlap":false,"pingpong":false})", 2, 1023, 799, 8, 2},
+      {R"({"dtype":"bf16","head_dim":128,"causal":true,"stages":3,"tile":{"block_n":128}})", 2, 1023, 1023, 16, 2},
+      {R"({"dtype":"bf16","head_dim":96,"causal":true})", 2, 1023, 1500, 12, 4},
+      {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128})", 2, 799, 1023, 16, 16},
+      {R"({"dtype":"e4m3","head_dim":128,"v_layout":"d_major"})", 2, 1023, 1111, 16, 4},
+      {R"({"dtype":"e4m3","head_dim":256,"causal":true,"v_layout":"d_major","quant":"per_block"})", 2, 1023, 1023, 8,
+       2},
+      {R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major","fp32_two_level_accum":true})", 2, 799, 4224, 16, 2},
+  };
+  int identical = 0;
+  for (const Case& c : cases) {
+    nlohmann::json doc = nlohmann::json::parse(c.spec);
+    doc["persistent"] = false;
+    const Spec grid = parse_spec(doc);
+    doc["persistent"] = true;
+    const Spec persistent = parse_spec(doc);
+    REQUIRE(persistent.persistent);
+    INFO(spec_summary(persistent) << " batch " << c.batch << " sq " << c.seqlen_q << " sk " << c.seqlen_k);
+    ProblemShape s{grid.dtype, c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_kv, grid.head_dim, grid.causal};
+    s.head_dim_v = grid.head_dim_v;
+    s.out_dtype = grid.out_dtype;
+    s.quant = grid.quant;
+    s.quant_block_m = grid.block_m;
+    s.quant_block_n = grid.block_n;
+    s.v_d_major = grid.v_layout == VLayout::kDMajor;
+    AttentionProblem a(s, 77), b(s, 77);
+    a.run(runtime(), load_kernel(runtime(), grid).get());
+    b.run(runtime(), load_kernel(runtime(), persistent).get());
+    const CheckResult r = b.check(rows_to_check(s, grid.block_m));
+    INFO(format_check(r));
+    CHECK(r.passed);
+    const bool same = a.out.data == b.out.data && a.lse.size() == b.lse.size() &&
+                      std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0;
+    CHECK(same);
+    identical += same;
+    // Repeats are bit-exact too (a race between tiles would move them).
+    for (int i = 0; i < 3; ++i) {
+      b.run(runtime(), load_kernel(runtime(), persistent).get());
+      CHECK(b.out.data == a.out.data);
+    }
+  }
+  std::printf("persistent grid: %d of %zu cases bit-identical to the one-tile-per-CTA grid\n", identical,
+              std::size(cases));
+}

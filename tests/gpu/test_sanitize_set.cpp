@@ -16,6 +16,7 @@ namespace {
 struct Case {
   const char* spec;
   int64_t seqlen_q, seqlen_k;
+  int64_t batch = 2, num_heads = 4, num_heads_kv = 2;
 };
 
 template <size_t N>
@@ -23,7 +24,8 @@ void run_sanitize_cases(const Case (&cases)[N]) {
   for (const Case& c : cases) {
     INFO(c.spec);
     const attention_fwd::Spec spec = attention_fwd::parse_spec(std::string(c.spec));
-    ProblemShape shape{spec.dtype, 2, c.seqlen_q, c.seqlen_k, 4, 2, spec.head_dim, spec.causal};
+    ProblemShape shape{spec.dtype, c.batch, c.seqlen_q, c.seqlen_k, c.num_heads, c.num_heads_kv, spec.head_dim,
+                       spec.causal};
     shape.head_dim_v = spec.head_dim_v;
     shape.out_dtype = spec.out_dtype;
     shape.quant = spec.quant;
@@ -76,6 +78,22 @@ TEST_CASE("sanitizer set: head dims off the 64-column grid and head_dim_v != hea
       {R"({"dtype":"bf16","head_dim":72})", 300, 239},
       {R"({"dtype":"e4m3","head_dim":192,"head_dim_v":128,"causal":true})", 239, 1023},
       {R"({"dtype":"e4m3","head_dim":80,"quant":"per_block"})", 113, 799},
+  };
+  run_sanitize_cases(cases);
+}
+
+TEST_CASE("sanitizer set: persistent grids whose CTAs run several tiles, and the one-tile-per-CTA grid",
+          "[gpu][sanitize][persistent]") {
+  if (!have_gpu()) return;
+  // The cases above are small enough that every CTA of a persistent grid runs one tile; these have 2-4 tiles per
+  // CTA (132 SMs), so the hand-over of Q, the K/V ring and the O staging between tiles runs under the tools: both
+  // schedules (overlapped with pingpong, sequential), 3 warpgroups, e4m3 d_major with its O tail, tiles without keys.
+  const Case cases[] = {
+      {R"({"dtype":"bf16","head_dim":128,"causal":true})", 1023, 300, 2, 32, 8},
+      {R"({"dtype":"fp16","head_dim":128,"intra_wg_overlap":false,"pingpong":false})", 1023, 239, 2, 32, 8},
+      {R"({"dtype":"bf16","head_dim":64})", 1023, 113, 2, 48, 8},
+      {R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major"})", 799, 239, 2, 64, 16},
+      {R"({"dtype":"bf16","head_dim":128,"causal":true,"persistent":false})", 239, 1023},
   };
   run_sanitize_cases(cases);
 }

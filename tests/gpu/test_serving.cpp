@@ -203,6 +203,39 @@ TEST_CASE("sliding window, softcap and sinks: varlen prefill, paged decode and c
   report("sliding window / softcap / sinks", passed, total);
 }
 
+TEST_CASE("sliding window, softcap and sinks with dense q and K/V (the tile table's persistent grid)",
+          "[gpu][serving][variant][persistent]") {
+  if (!have_gpu()) return;
+  std::mt19937_64 gen(83);
+  const std::pair<int64_t, int64_t> windows[] = {{-1, -1}, {0, 0}, {17, 0}, {300, 77}, {-1, 64}, {1000, 0}, {40, 200}};
+  int passed = 0, total = 0;
+  for (int i = 0; i < 14; ++i) {
+    ServingShape s;
+    s.dtype = i % 2 ? DType::kFp16 : DType::kBf16;
+    s.head_dim = std::array<int64_t, 3>{128, 64, 256}[static_cast<size_t>(i % 3)];
+    std::tie(s.num_heads, s.num_heads_kv) = i % 2 ? std::pair<int64_t, int64_t>{16, 4} : std::pair<int64_t, int64_t>{8, 8};
+    std::tie(s.window_left, s.window_right) = windows[static_cast<size_t>(i % 7)];
+    s.causal = i >= 7 && s.window_left < 0 && s.window_right < 0;
+    s.softcap = i % 3 == 0 ? 30.0f : 0.0f;
+    s.sinks = i % 2 == 0;
+    s.packed_q = false;
+    s.kv = KvLayout::kDense;
+    s.pack_gqa = 0;
+    s.use_seqused_k = i % 2 == 1;  // lengths per sequence (dense capacity past them)
+    s.kv_slack = s.use_seqused_k ? 5 : 0;
+    const int64_t batch = uniform(gen, 1, 4);
+    const int64_t seqlen_q = std::array<int64_t, 4>{1023, 2049, 799, 4224}[static_cast<size_t>(i % 4)];
+    for (int64_t b = 0; b < batch; ++b) {
+      s.seqlens_q.push_back(seqlen_q);
+      // Causal with fewer keys than queries: row blocks that see no key.
+      s.seqlens_k.push_back(s.use_seqused_k ? uniform(gen, 1, 3000) : (i % 4 == 3 ? 1111 : seqlen_q + 17));
+    }
+    passed += run_case(s, 900 + total, RowSampling{128, int64_t{1} << 20, 128});
+    ++total;
+  }
+  report("dense window / softcap / sinks", passed, total);
+}
+
 TEST_CASE("sanitizer set: sliding window + softcap + sinks, varlen prefill and split paged decode, odd lengths",
           "[gpu][serving][variant][sanitize][sanitize_features]") {
   if (!have_gpu()) return;

@@ -82,6 +82,9 @@ __device__ __forceinline__ void store_output(const SmemLayout<Cfg>& sm, int wg, 
     }
   }
 
+  // Persistent grid: O is staged over the V stages, which the other consumer warpgroups may still read (their last
+  // P.V): all of them meet first. (Over Q, each warpgroup's rows are its own, free after its own last S = Q.K^T.)
+  if constexpr (Cfg::kPersistent) named_barrier_sync(kBarrierOStaging, 128 * Cfg::kConsumerWarpgroups);
   // Registers (i, i+1), i even, are adjacent columns of one row: one 32-bit store of the packed pair.
 #pragma unroll
   for (int i = 0; i < Frag::kRegs; i += 2) {
@@ -120,6 +123,8 @@ __device__ __forceinline__ void store_output(const SmemLayout<Cfg>& sm, int wg, 
     }
     tma_store_commit();
     tma_store_wait_read();
+    // Persistent grid: this warpgroup's rows of the staging area are read; the producer may load V over them.
+    if constexpr (Cfg::kPersistent) mbarrier_arrive(sm.o_empty());
   }
 
   if (params.lse != nullptr && lane % 4 == 0) {
@@ -128,6 +133,44 @@ __device__ __forceinline__ void store_output(const SmemLayout<Cfg>& sm, int wg, 
       if (valid[h])
         params.lse[(static_cast<int64_t>(w.seq.q_batch) * params.num_heads + head[h]) * params.seqlen_q + query[h]] =
             lse[h];
+  }
+}
+
+/// Persistent grid: the output of a tile with no key block (a causal or windowed row block that sees no key: every
+/// row is empty), O = 0 and the LSE the staged epilogue would write (softmax.cuh: finalize; -inf, or the sink), stored
+/// from registers so that the tile touches no shared memory and no barrier (kernel.cuh). Dense layouts only.
+template <class Cfg>
+__device__ __forceinline__ void store_empty_output(int wg, const TileWork& w, const Params& params) {
+  static_assert(!(Cfg::kVarlenQ || Cfg::kPackGqa || Cfg::kSplitKv), "a persistent grid runs dense layouts");
+  using Frag = AccFragment<Cfg::kHeadDimV>;
+  using Variant = AttentionVariant<Cfg>;
+  const int tid = threadIdx.x % 128;
+  const int lane = tid % 32;
+  const int row_in_tile = Frag::row_base(wg * 64, lane, tid / 32);
+  const int col_in_tile = Frag::col_base(0, lane);
+  const RowMap<Cfg> rows = RowMap<Cfg>::make(params, w.tile);
+  typename Mainloop<Cfg>::Softmax softmax;
+  softmax.init();
+  const float sink = Variant::sink_log2(params, w.tile.head, w.tile.split);
+  const float sink_log2[2] = {sink, sink};
+  float inv_sum[2], lse[2];
+  softmax.template finalize<Variant::kSinks>(inv_sum, lse, sink_log2);  // every lane: finalize reduces over the quad
+#pragma unroll
+  for (int h = 0; h < Frag::kRowHalves; ++h) {
+    const int r = Frag::row(h, row_in_tile);
+    if (!rows.valid(r, w.seq.seqlen_q, params)) continue;
+    const int query = w.seq.q_row0 + rows.query(r);
+    uint16_t* row = static_cast<uint16_t*>(params.out) + offset3(w.seq.q_batch, params.out_stride_batch, query,
+                                                                 params.out_stride_seq, w.tile.head,
+                                                                 params.out_stride_head);
+#pragma unroll
+    for (int j = 0; j < Frag::kRegsPerRowHalf; j += 2) {
+      const int col = Frag::col(Frag::reg(h, j), col_in_tile);
+      if (col < Cfg::kHeadDimV) asm volatile("st.global.u32 [%0], %1;" ::"l"(row + col), "r"(0u) : "memory");
+    }
+    if (params.lse != nullptr && lane % 4 == 0)
+      params.lse[(static_cast<int64_t>(w.seq.q_batch) * params.num_heads + w.tile.head) * params.seqlen_q + query] =
+          lse[h];
   }
 }
 

@@ -7,7 +7,7 @@
 // `const __grid_constant__ Params` (params.h), which calls attention_forward<KernelConfig>.
 //
 // Where things live (kernels/attention_fwd/device/ unless a path is given):
-//   scheduler.cuh    which tile (m_block, head, batch) a CTA computes; its host half, which sizes the grid and
+//   scheduler.cuh    which tile (m_block, head, batch) a CTA computes (a persistent CTA: which tiles, in turn); its host half, which sizes the grid and
 //                    fills the scheduler fields of Params, is kernels/attention_fwd/scheduler.{h,cpp}
 //   variant.cuh      the attention variant: key-block range, masks (causal, sliding window), softcap, sinks,
 //                    split-KV ranges; the file to open for a new mask or score transform
@@ -35,24 +35,14 @@
 
 namespace fa3jit::attention_fwd {
 
+/// The tile of linear index `linear` (scheduler.cuh: tile_for) and where its sequence, rows and key blocks lie.
 template <class Cfg>
-__device__ __forceinline__ void attention_forward(const Params& params) {
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  // A split kernel's combine kernel is launched behind it with programmatic stream serialization: let it be
-  // scheduled once every CTA here has started (it waits for this grid's completion before reading partials).
-  if constexpr (Cfg::kSplitKv) launch_dependent_grids();
-  const SmemLayout<Cfg> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
-  const int wg = warpgroup_index();
+__device__ __forceinline__ TileWork make_tile_work(const Params& params, int linear) {
   using Variant = AttentionVariant<Cfg>;
   TileWork w;
-  w.tile = tile_for<Cfg>(static_cast<int>(blockIdx.x), params);
+  w.tile = tile_for<Cfg>(linear, params);
   w.seq = SeqInfo::load<Cfg>(params, w.tile.batch);
   w.q_first = RowMap<Cfg>::make(params, w.tile).q_first;
-  // A row block past its sequence's end (varlen_q: the grid is sized by max_seqlen_q) has nothing to do; no CTA
-  // of a cluster can be in this case (serving layouts need cluster_m 1), so it may leave before the barriers.
-  if constexpr (Cfg::kVarlenQ) {
-    if (w.q_first >= w.seq.seqlen_q) return;
-  }
   const int q_end = min(w.q_first + RowMap<Cfg>::queries(params), w.seq.seqlen_q);
   w.window = Variant::window(params, w.seq.seqlen_q, w.seq.seqlen_k);
   w.softcap_log2 = params.softcap_log2;
@@ -61,7 +51,12 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
   if constexpr (Cfg::kSplitKv) w.range = Variant::split_range(w.range, w.tile.split, params.num_splits);
   w.first_masked = Variant::first_masked_block(w.q_first, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
   w.unmasked_min = Variant::unmasked_min_block(q_end, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
+  return w;
+}
 
+/// Thread 0's set-up of the barriers and tensor maps, then the whole CTA (cluster) waits for it.
+template <class Cfg>
+__device__ __forceinline__ void set_up_cta(const SmemLayout<Cfg>& sm, const Params& params) {
   if (threadIdx.x == 0) {
     tma_prefetch_descriptor(&params.tm_q);
     if constexpr (!Cfg::kPagedGather) {  // paged_gather: k and v have no tensor maps
@@ -79,13 +74,27 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
   } else {
     __syncthreads();
   }
+}
 
+/// One CTA per tile (the grid is the tile count, the hardware's block dispatch is the scheduler).
+template <class Cfg>
+__device__ __forceinline__ void attention_forward_grid(const Params& params, const SmemLayout<Cfg>& sm) {
+  const int wg = warpgroup_index();
+  const TileWork w = make_tile_work<Cfg>(params, static_cast<int>(blockIdx.x));
+  // A row block past its sequence's end (varlen_q: the grid is sized by max_seqlen_q) has nothing to do; no CTA
+  // of a cluster can be in this case (serving layouts need cluster_m 1), so it may leave before the barriers.
+  if constexpr (Cfg::kVarlenQ) {
+    if (w.q_first >= w.seq.seqlen_q) return;
+  }
+  set_up_cta<Cfg>(sm, params);
+
+  PipelineState<Cfg::kStages> pipe;
   if (wg == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (SmemLayout<Cfg>::kTransposeV) {
       Mainloop<Cfg>::produce_transposing(sm, params, w);
     } else if (threadIdx.x < 32 * (Cfg::kPagedGather ? Mainloop<Cfg>::kGatherWarps : 1)) {
-      Mainloop<Cfg>::produce(sm, params, w);
+      Mainloop<Cfg>::produce(sm, params, w, pipe, 0);
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
@@ -95,7 +104,7 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
     for (int i = 0; i < AccFragment<Cfg::kHeadDimV>::kRegs; ++i) o[i] = 0.f;
     typename Mainloop<Cfg>::Softmax softmax;
     softmax.init();
-    Mainloop<Cfg>::consume(sm, wg - 1, w, params, descale, o, softmax);
+    Mainloop<Cfg>::consume(sm, wg - 1, w, params, descale, o, softmax, pipe, 0);
     store_output<Cfg>(sm, wg - 1, w, params, descale, o, softmax);
   }
   // The peer CTA's consumers may still release stages by arriving on our barriers: keep this CTA's shared
@@ -103,6 +112,70 @@ __device__ __forceinline__ void attention_forward(const Params& params) {
   if constexpr (Cfg::kClusterM > 1) {
     __syncwarp();
     cluster_sync();
+  }
+}
+
+/// Persistent grid (spec field persistent; FA3's persistent tile scheduler): one CTA per SM, which runs the tiles
+/// persistent_tile gives it (scheduler.cuh) one after the other. Producer and consumers walk the same sequence of
+/// tiles, each on its own; the K/V ring's stages and phases run on across tiles, and three barriers hand the
+/// per-tile buffers over (smem_layout.cuh): q_full (the tile's Q loaded), q_empty (every consumer warp's last
+/// S = Q.K^T of the tile has completed: the next Q may load) and o_empty (every consumer warpgroup's O store has read
+/// the staging area over the V stages: the next V may load). So the next tile's first K block and its Q load while
+/// the current tile's last P.V and O store run. A tile with no key block (a causal or windowed row block that sees
+/// no key) loads nothing, touches no barrier and stores its zeros and -inf from registers
+/// (epilogue.cuh: store_empty_output), so every barrier phase is waited on in order by both sides.
+template <class Cfg>
+__device__ __forceinline__ void attention_forward_persistent(const Params& params, const SmemLayout<Cfg>& sm) {
+  const int wg = warpgroup_index();
+  const int cta = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
+  set_up_cta<Cfg>(sm, params);
+  PipelineState<Cfg::kStages> pipe;
+  int loaded = 0;  // tiles with key blocks done so far: the phase of q_full, q_empty and o_empty
+  if (wg == 0) {
+    setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if (threadIdx.x >= 32) return;
+    for (int round = 0;; ++round) {
+      const int linear = persistent_tile<Cfg>(round, cta, grid);
+      if (linear >= params.num_tiles) break;
+      const TileWork w = make_tile_work<Cfg>(params, linear);
+      if (w.range.empty()) continue;
+      Mainloop<Cfg>::produce(sm, params, w, pipe, loaded);
+      ++loaded;
+    }
+  } else {
+    setmaxnreg_inc<Cfg::kConsumerRegisters>();
+    for (int round = 0;; ++round) {
+      const int linear = persistent_tile<Cfg>(round, cta, grid);
+      if (linear >= params.num_tiles) break;
+      const TileWork w = make_tile_work<Cfg>(params, linear);
+      if (w.range.empty()) {
+        store_empty_output<Cfg>(wg - 1, w, params);
+        continue;
+      }
+      const Descale<Cfg> descale = Descale<Cfg>::load(params, w.tile, w.tile.kv_head);
+      float o[AccFragment<Cfg::kHeadDimV>::kRegs];
+#pragma unroll
+      for (int i = 0; i < AccFragment<Cfg::kHeadDimV>::kRegs; ++i) o[i] = 0.f;
+      typename Mainloop<Cfg>::Softmax softmax;
+      softmax.init();
+      Mainloop<Cfg>::consume(sm, wg - 1, w, params, descale, o, softmax, pipe, loaded);
+      store_output<Cfg>(sm, wg - 1, w, params, descale, o, softmax);
+      ++loaded;
+    }
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void attention_forward(const Params& params) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  // A split kernel's combine kernel is launched behind it with programmatic stream serialization: let it be
+  // scheduled once every CTA here has started (it waits for this grid's completion before reading partials).
+  if constexpr (Cfg::kSplitKv) launch_dependent_grids();
+  const SmemLayout<Cfg> sm{(smem_u32(smem_raw) + 1023u) & ~1023u};
+  if constexpr (Cfg::kPersistent) {
+    attention_forward_persistent<Cfg>(params, sm);
+  } else {
+    attention_forward_grid<Cfg>(params, sm);
   }
 }
 

@@ -86,6 +86,10 @@ struct Mainloop {
         mbarrier_init(sm.v_load_empty(s), TransposeV<Cfg>::kThreads);
       }
     }
+    if constexpr (Cfg::kPersistent) {
+      mbarrier_init(sm.q_empty(), kEmptyArrivals);           // lane 0 of every consumer warp (release_q)
+      mbarrier_init(sm.o_empty(), Cfg::kConsumerWarpgroups);  // thread 0 of every consumer warpgroup (epilogue.cuh)
+    }
   }
 
   /// Loads K or V block n_block of the tile's sequence into a stage.
@@ -388,17 +392,30 @@ struct Mainloop {
 
   /// Producer: one warp (lane 0 waits, arms the barriers and issues the loads; with paged_kv every lane loads the
   /// boxes of its own page), or with paged_gather the kGatherWarps warps of the producer warpgroup, every lane of
-  /// which copies rows. Q once, then K and V of every visited block, last block first.
-  static __device__ __forceinline__ void produce(const Smem& sm, const Params& p, const TileWork& w) {
+  /// which copies rows. Q once, then K and V of every visited block, last block first, into the ring at `pipe`.
+  /// `loaded`: the tiles with key blocks this CTA ran before (persistent grid; 0 otherwise). After the first, the
+  /// tile's Q waits for q_empty and its first V for o_empty (the previous tile's O staged over the V stages), both
+  /// after its first K block, which loads under the previous tile's end.
+  static __device__ __forceinline__ void produce(const Smem& sm, const Params& p, const TileWork& w,
+                                                 PipelineState<Cfg::kStages>& pipe, int loaded) {
     if (w.range.empty()) return;
     const int lane = threadIdx.x % 32;
-    if (threadIdx.x % 128 == 0) load_q(sm, &p.tm_q, w, p);
-    PipelineState<Cfg::kStages> pipe;
+    if (loaded == 0 && threadIdx.x % 128 == 0) load_q(sm, &p.tm_q, w, p);
     GatherSignal gathered;
     for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
       const BlockPages page = block_pages(n_block, lane, w, p);
       acquire_stage(sm.k_empty(pipe.stage), pipe.phase, sm.k_full(pipe.stage), Smem::kKStageBytes, lane);
       load_block<Cfg::kHeadDim>(sm.k(pipe.stage), true, sm.k_full(pipe.stage), n_block, w, p, lane, page, gathered);
+      if constexpr (Cfg::kPersistent) {
+        if (loaded > 0 && n_block == w.range.n_block_max - 1) {
+          if (lane == 0) {
+            mbarrier_wait(sm.q_empty(), static_cast<uint32_t>(loaded - 1) & 1u);
+            load_q(sm, &p.tm_q, w, p);
+            mbarrier_wait(sm.o_empty(), static_cast<uint32_t>(loaded - 1) & 1u);
+          }
+          __syncwarp();
+        }
+      }
       acquire_stage(sm.v_empty(pipe.stage), pipe.phase, sm.v_full(pipe.stage), Smem::kVStageBytes, lane);
       load_block<Cfg::kHeadDimV>(sm.v(pipe.stage), false, sm.v_full(pipe.stage), n_block, w, p, lane, page,
                                  gathered);
@@ -565,22 +582,34 @@ struct Mainloop {
 
   /// Consumer warpgroup `wg` (0-based): runs the whole KV loop for its 64 rows; O and the softmax state
   /// stay in registers for the epilogue.
+  /// `pipe`: where the K/V ring stands (it runs on across a persistent CTA's tiles); `loaded`: the tiles with key
+  /// blocks this CTA ran before (the phase of q_full; 0 on a grid of one tile per CTA).
   static __device__ __forceinline__ void consume(const Smem& sm, int wg, const TileWork& w, const Params& params,
                                                  const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
-                                                 Softmax& softmax) {
+                                                 Softmax& softmax, PipelineState<Cfg::kStages>& pipe, int loaded) {
     if (w.range.empty()) return;
     const RowMap<Cfg> rows = RowMap<Cfg>::make(params, w.tile);
     const int r0 = ScoreFrag::row_base(wg * 64);  // tile row of the thread's row half 0
     const int query[2] = {rows.query(ScoreFrag::row(0, r0)), rows.query(ScoreFrag::row(1, r0))};
     const uint32_t q_rows = sm.q() + wg * 64 * kRowBytes;
+    // Warpgroup 0 takes the first turn. Every warpgroup takes as many turns per tile, so on a persistent CTA the
+    // last turn of a tile hands it back to warpgroup 0 for the next one.
     if constexpr (Cfg::kPingpong) {
-      if (wg == 0) named_barrier_arrive(kBarrierSchedulerBase + 0, 256);  // warpgroup 0 takes the first turn
+      if (wg == 0 && loaded == 0) named_barrier_arrive(kBarrierSchedulerBase + 0, 256);
     }
-    mbarrier_wait(sm.q_full(), 0);
+    mbarrier_wait(sm.q_full(), static_cast<uint32_t>(loaded) & 1u);
     if constexpr (Cfg::kIntraWgOverlap) {
-      consume_overlapped(sm, w, descale, o, softmax, query, q_rows, wg);
+      consume_overlapped(sm, w, descale, o, softmax, query, q_rows, wg, pipe);
     } else {
-      consume_sequential(sm, w, descale, o, softmax, query, q_rows, wg);
+      consume_sequential(sm, w, descale, o, softmax, query, q_rows, wg, pipe);
+    }
+  }
+
+  /// Persistent grid: once this warp's S = Q.K^T of the tile's last block (n_block_min) has completed, lane 0
+  /// releases Q to the producer for the next tile (q_empty). Nothing on a grid of one tile per CTA.
+  static __device__ __forceinline__ void release_q(const Smem& sm, int n_block, const TileWork& w, int lane) {
+    if constexpr (Cfg::kPersistent) {
+      if (n_block == w.range.n_block_min && lane == 0) mbarrier_arrive(sm.q_empty());
     }
   }
 
@@ -612,8 +641,7 @@ struct Mainloop {
   static __device__ __forceinline__ void consume_sequential(const Smem& sm, const TileWork& w,
                                                             const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
                                                             Softmax& softmax, const int (&query)[2], uint32_t q_rows,
-                                                            int wg) {
-    PipelineState<Cfg::kStages> pipe;
+                                                            int wg, PipelineState<Cfg::kStages>& pipe) {
     int n_block = w.range.n_block_max - 1;
     if constexpr (!Variant::kLocal) {  // masked blocks, then mask-free ones
       for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
@@ -648,6 +676,7 @@ struct Mainloop {
     wgmma_wait<0>();
     fence_operands(s);
     if (lane == 0) release(sm.k_empty(pipe.stage));
+    release_q(sm, n_block, w, lane);
 
     float o_scale[2];
     softmax_step<kMaybeMasked>(s, n_block, w, query, descale, softmax, o_scale);
@@ -668,10 +697,9 @@ struct Mainloop {
   static __device__ __forceinline__ void consume_overlapped(const Smem& sm, const TileWork& w,
                                                             const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
                                                             Softmax& softmax, const int (&query)[2], uint32_t q_rows,
-                                                            int wg) {
+                                                            int wg, PipelineState<Cfg::kStages>& pipe) {
     static_assert(!Cfg::kTwoLevelAccum || kPvChunks == 1, "the overlapped schedule takes P.V in one pass");
     const int lane = threadIdx.x % 32;
-    PipelineState<Cfg::kStages> pipe;
     uint32_t p[kPRegs];
     float acc[kAccRegs];
     {  // first block: S, softmax, P (O is still zero, nothing to rescale)
@@ -684,6 +712,7 @@ struct Mainloop {
       wgmma_wait<0>();
       fence_operands(s);
       if (lane == 0) release(sm.k_empty(pipe.stage));
+      release_q(sm, w.range.n_block_max - 1, w, lane);
       float o_scale[2];
       softmax_step<true>(s, w.range.n_block_max - 1, w, query, descale, softmax, o_scale);
       convert_p(s, p);
@@ -757,6 +786,7 @@ struct Mainloop {
     wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run
     fence_operands(s);
     if (lane == 0) release(sm.k_empty(pipe.stage));
+    release_q(sm, n_block, w, lane);
     float o_scale[2];
     softmax_step<kMaybeMasked>(s, n_block, w, query, descale, softmax, o_scale);
     wgmma_wait<0>();

@@ -65,4 +65,15 @@ __device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
   return t;
 }
 
+/// Persistent grid (spec field persistent; one CTA per SM, launch.cpp): the linear index of CTA `cta`'s tile in round
+/// `round`, each round the next gridDim.x indices of the order above. Non-causal tiles are all alike, so CTA b takes
+/// index b of every round (FA3's static persistent scheduler). Causal tiles come longest first (LPT), so a fixed
+/// stride would give CTA 0 the longest tile of every round (a measured 70 % efficiency: bench/NOTES.md, 2026-11-29):
+/// the rounds alternate direction instead (a snake), pairing a round's longest tiles with the next round's shortest.
+template <class Cfg>
+__device__ __forceinline__ int persistent_tile(int round, int cta, int grid) {
+  const bool reversed = Cfg::kCausal && (round & 1);
+  return round * grid + (reversed ? grid - 1 - cta : cta);
+}
+
 }  // namespace fa3jit::attention_fwd

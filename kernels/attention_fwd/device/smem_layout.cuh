@@ -7,7 +7,9 @@
 //   O tail   : e4m3 d_major only: the part of the epilogue's O staging tile past Q
 //   K[s]     : block_n x head_dim, per stage
 //   V[s]     : block_n x head_dim_v, per stage; e4m3: head_dim_v x block_n (transposed, K-major; params.h VStage)
+//              (persistent grid: the O staging tile, with an O tail after the V stages)
 //   barriers : q_full, k_full[s], k_empty[s], v_full[s], v_empty[s] (+ v_load_full[s], v_load_empty[s])
+//              (+ q_empty, o_empty: persistent grid)
 #pragma once
 
 #include "hopper/types.cuh"
@@ -23,7 +25,7 @@ struct SmemLayout {
   static constexpr bool kVDMajor = Cfg::kVStage == kVStageDMajor;
   static_assert((Cfg::kElemBytes == 1) == (Cfg::kVStage != kVStageMnMajor), "a K-major V stage for e4m3 only");
   static constexpr SmemPlan kPlan = smem_plan(Cfg::kBlockM, Cfg::kBlockN, Cfg::kHeadDim, Cfg::kHeadDimV, Cfg::kStages,
-                                              Cfg::kElemBytes, Cfg::kOutElemBytes, Cfg::kVStage);
+                                              Cfg::kElemBytes, Cfg::kOutElemBytes, Cfg::kVStage, Cfg::kPersistent);
   static constexpr int kQBytes = kPlan.q_bytes;
   static constexpr int kKStageBytes = kPlan.k_stage_bytes;
   static constexpr int kVStageBytes = kPlan.v_stage_bytes;
@@ -48,8 +50,9 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t v_load(int stage) const {
     return base + kPlan.v_load_offset + stage * kVLoadStageBytes;
   }
-  /// The epilogue's output tile: from the start of Q over Q, the V load stages and the O tail.
-  __device__ __forceinline__ uint32_t o() const { return base + kQOffset; }
+  /// The epilogue's output tile: from the start of Q over Q, the V load stages and the O tail, or on a persistent
+  /// grid from the start of the V stages over them and the O tail (params.h: smem_plan).
+  __device__ __forceinline__ uint32_t o() const { return base + kPlan.o_offset; }
   __device__ __forceinline__ uint32_t q_full() const { return base + kBarrierOffset; }
   __device__ __forceinline__ uint32_t k_full(int stage) const { return base + kBarrierOffset + 8 * (1 + stage); }
   __device__ __forceinline__ uint32_t k_empty(int stage) const {
@@ -67,6 +70,10 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t v_load_empty(int stage) const {
     return base + kBarrierOffset + 8 * (1 + 5 * Cfg::kStages + stage);
   }
+  /// Persistent grid: Q is free for the next tile (every consumer warp's last S = Q.K^T has completed), and O's
+  /// staging area (the V stages) is free for the next tile's V (every consumer warpgroup's O store has read it).
+  __device__ __forceinline__ uint32_t q_empty() const { return base + kBarrierOffset + 8 * (kNumBarriers - 2); }
+  __device__ __forceinline__ uint32_t o_empty() const { return base + kBarrierOffset + 8 * (kNumBarriers - 1); }
 };
 
 }  // namespace fa3jit::attention_fwd

@@ -95,7 +95,7 @@ TEST_CASE("e4m3 kernels use k32 e4m3 wgmma, K-major V and the producer's transpo
 TEST_CASE("the unit checks Params' layout field by field against the host's", "[generator][params]") {
   const KernelSource src = emit_json(R"({"dtype":"bf16","head_dim":64})");
   const std::vector<FieldLayout> fields = params_layout();
-  REQUIRE(fields.size() == 52);
+  REQUIRE(fields.size() == 53);
   CHECK(src.code.find(fmt::format("static_assert(sizeof(fa3jit::attention_fwd::Params) == {}", sizeof(Params))) !=
         std::string::npos);
   for (const FieldLayout& f : fields) {
@@ -158,7 +158,7 @@ TEST_CASE("the attention family is registered and reached through the generic se
   CHECK(r.launch.num_threads == cfg.num_threads);
   CHECK(r.launch.smem_bytes == cfg.smem_bytes);
   CHECK(r.launch.cluster_x == 1);
-  CHECK(r.summary == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap");
+  CHECK(r.summary == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap persistent");
   try {
     parse_spec_document(R"({"kind":"attention_bwd","dtype":"bf16"})");
     request_for(parse_spec_document(R"({"kind":"attention_bwd","dtype":"bf16"})"));
@@ -173,17 +173,27 @@ TEST_CASE("the attention family is registered and reached through the generic se
 TEST_CASE("the host's shared-memory plan is the one the kernel checks", "[generator][params]") {
   for (const char* json : {R"({"dtype":"bf16","head_dim":128})", R"({"dtype":"fp16","head_dim":64})",
                            R"({"dtype":"bf16","head_dim":256,"causal":true})", R"({"dtype":"e4m3","head_dim":128})",
-                           R"({"dtype":"e4m3","head_dim":256,"causal":true})"}) {
+                           R"({"dtype":"e4m3","head_dim":256,"causal":true})",
+                           R"({"dtype":"bf16","head_dim":128,"persistent":true})",
+                           R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major","persistent":true})"}) {
     INFO(json);
     const KernelConfig cfg = make_kernel_config(parse_spec(std::string(json)));
     const bool fp8 = cfg.spec.dtype == DType::kE4m3;
     const SmemPlan p = smem_plan(cfg.spec.block_m, cfg.spec.block_n, cfg.spec.head_dim, cfg.spec.head_dim_v,
-                                 cfg.spec.stages, fp8 ? 1 : 2, 2, cfg.v_stage);
+                                 cfg.spec.stages, fp8 ? 1 : 2, 2, cfg.v_stage, cfg.spec.persistent);
     CHECK(cfg.smem_bytes == p.launch_bytes);
-    CHECK(p.launch_bytes ==
-          p.q_bytes + cfg.spec.stages * (p.k_stage_bytes + p.v_stage_bytes + p.v_load_stage_bytes) + 1024 + 256);
+    CHECK(p.launch_bytes == p.q_bytes + cfg.spec.stages * (p.k_stage_bytes + p.v_stage_bytes + p.v_load_stage_bytes) +
+                                p.o_tail_bytes + 1024 + 256);
     CHECK(p.o_bytes <= p.o_staging_bytes);
-    CHECK((p.v_load_stage_bytes != 0) == fp8);
+    // One tile per CTA: O over Q (and the V load stages); persistent: over the V stages (and a tail after them), so
+    // that the next tile's Q can load while O is stored.
+    CHECK(p.o_offset == (cfg.spec.persistent ? p.v_offset : p.q_offset));
+    if (cfg.spec.persistent) {
+      CHECK(p.o_staging_bytes == cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
+      CHECK(p.barrier_offset == p.v_offset + cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
+      CHECK(p.num_barriers == 1 + 4 * cfg.spec.stages + 2);
+    }
+    CHECK((p.v_load_stage_bytes != 0) == (cfg.v_stage == kVStageTransposed));
     CHECK(emit_kernel(cfg).code.find(fmt::format("static constexpr int kSmemBytes = {};", p.launch_bytes)) !=
           std::string::npos);
   }

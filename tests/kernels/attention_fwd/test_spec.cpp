@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "jit/family.h"
+#include "kernels/attention_fwd/emit.h"
 #include "kernels/attention_fwd/spec.h"
 #include "kernels/attention_fwd/tile_table.h"
 #include "testing/problem.h"
@@ -91,8 +92,9 @@ const std::vector<BadCase> kBadCases = {
      {"\"head_dim\"", "\"128\"", "wrong type"}},
     {"head_dim_v 100", R"({"dtype": "bf16", "head_dim": 128, "head_dim_v": 100})", ErrorCode::kInvalidSpec,
      {"\"head_dim_v\"", "100", "a multiple of 8 in [8, 256]"}},
-    {"head_dim 64 / head_dim_v 256 has no tile", R"({"dtype": "bf16", "head_dim": 64, "head_dim_v": 256})",
-     ErrorCode::kUnsupported, {"\"head_dim\" (64)", "\"head_dim_v\" (256)", "no bf16 tile fits", "stage the output"}},
+    {"head_dim 64 / head_dim_v 256 has no tile on a one-tile-per-CTA grid",
+     R"({"dtype": "bf16", "head_dim": 64, "head_dim_v": 256, "persistent": false})",
+     ErrorCode::kInvalidSpec, {"\"head_dim\" (64)", "\"head_dim_v\" (256)", "stage the output", "persistent grid"}},
     {"causal string", R"({"dtype": "bf16", "head_dim": 128, "causal": "yes"})", ErrorCode::kInvalidSpec,
      {"\"causal\"", "\"yes\"", "wrong type", "true or false"}},
     // A rotation of Q and K cancels in Q.K^T: Hadamard belongs to the FP8 pre-pass, not this kernel.
@@ -363,7 +365,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -373,11 +375,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -430,13 +432,13 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
   CHECK(doc.at("intra_wg_overlap") == true);
   CHECK_FALSE(doc.contains("problem"));
   CHECK_FALSE(doc.contains("hadamard"));
-  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap");
+  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
-        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap");
-  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) == "fp16 d256 128x80 wg2 st2 pingpong overlap");
-  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap");
+        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap persistent");
+  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) == "fp16 d256 128x80 wg2 st2 pingpong overlap persistent");
+  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
-        "bf16 d256 128x80 wg2 st2");
+        "bf16 d256 128x80 wg2 st2 persistent");
   CHECK(af::name_token(spec) == "bf16_d128_causal");
   CHECK(af::name_token(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16_d64_full");
 }
@@ -480,12 +482,18 @@ TEST_CASE("the capability table is the one statement of dtypes and head dims", "
       CHECK_NOTHROW(af::default_spec(t, 64, 256, false));
       continue;
     }
+    // 16-bit: the persistent grid stages O over the V stages, where a 64 x 256 tile's output fits; over Q (one tile
+    // per CTA, the serving layouts) it does not.
+    CHECK(af::default_spec(t, 64, 256, false).persistent);
+    af::Layout varlen;
+    varlen.varlen_q = true;
     try {
-      af::default_spec(t, 64, 256, false);
-      FAIL_CHECK("default_spec accepted head_dim 64 with head_dim_v 256");
+      af::default_spec(t, t, af::Quant::kNone, 64, 256, false, varlen);
+      FAIL_CHECK("default_spec accepted head_dim 64 with head_dim_v 256 on a one-tile-per-CTA grid");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::kUnsupported);
       CHECK_THAT(std::string(e.what()), Contains("\"head_dim\" (64)") && Contains("\"head_dim_v\" (256)") &&
+                                            Contains("no " + std::string(fa3jit::dtype_name(t)) + " tile fits") &&
                                             Contains("stage the output"));
     }
   }
@@ -845,6 +853,57 @@ TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the de
   CHECK(af::parse_spec(af::canonical_json(two)) == two);
 }
 
+TEST_CASE("persistent: its own kernel, its O staging over V, and the layouts it refuses", "[spec]") {
+  const Spec grid = parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": false})");
+  const Spec p = parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true})");
+  CHECK(p.persistent);
+  CHECK_FALSE(grid.persistent);
+  CHECK(af::canonical_string(p) != af::canonical_string(grid));
+  CHECK(af::canonical_json(p).at("persistent") == true);
+  CHECK_THAT(af::spec_summary(p), Contains("overlap persistent"));
+  CHECK(af::parse_spec(af::canonical_json(p)) == p);
+  CHECK(af::persistent_conflict(p).empty());
+  // O moves from over Q to over the V stages: the same bytes for a tile whose V stages hold O, two more barriers.
+  const auto gc = af::make_kernel_config(grid), pc = af::make_kernel_config(p);
+  CHECK(pc.smem.o_offset == pc.smem.v_offset);
+  CHECK(gc.smem.o_offset == gc.smem.q_offset);
+  CHECK(pc.smem_bytes == gc.smem_bytes);
+  CHECK(pc.smem.num_barriers == gc.smem.num_barriers + 2);
+  CHECK(af::emit_kernel(pc).code.find("static constexpr bool kPersistent = true;") != std::string::npos);
+  CHECK(af::emit_kernel(gc).code.find("static constexpr bool kPersistent = false;") != std::string::npos);
+  // e4m3 d_major d64 (192x160): O (24 KB of bf16) is larger than the two V stages (20 KB): a tail after them.
+  const auto e = af::make_kernel_config(
+      parse(R"({"dtype": "e4m3", "head_dim": 64, "v_layout": "d_major", "persistent": true})"));
+  CHECK(e.smem.o_tail_bytes == 4096);
+  CHECK(e.smem.barrier_offset == e.smem.v_offset + 2 * e.smem.v_stage_bytes + 4096);
+  // Each layout it does not run names itself, its value and why.
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true, "varlen_q": true})"),
+                    Contains("\"persistent\": true is not allowed with varlen_q true"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true, "paged_kv": true})"),
+                    Contains("with paged_kv true"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true, "split_kv": true})"),
+                    Contains("with split_kv true"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true, "pack_gqa": true})"),
+                    Contains("with pack_gqa true"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true, "cluster_m": 2})"),
+                    Contains("with cluster_m 2: the CTAs of a cluster"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "persistent": true})"),
+                    Contains("with v_layout \"seq_major\": the producer warpgroup's V transpose"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": 1})"), Contains("persistent"));
+  // A Spec built in code is judged the same way.
+  Spec bad = p;
+  bad.varlen_k = true;
+  CHECK_THROWS_AS(af::make_kernel_config(bad), fa3jit::Error);
+  // The tile table's choice never lands on a layout that refuses it.
+  af::Layout serving;
+  serving.varlen_q = serving.varlen_k = true;
+  CHECK_FALSE(af::default_spec(DType::kBf16, DType::kBf16, af::Quant::kNone, 128, 128, true, serving).persistent);
+  af::Layout decode;
+  decode.pack_gqa = decode.split_kv = decode.short_q = true;
+  CHECK_FALSE(af::default_spec(DType::kBf16, DType::kBf16, af::Quant::kNone, 128, 128, false, decode).persistent);
+  CHECK_FALSE(af::default_spec(DType::kE4m3, 128, 128, false).persistent);
+}
+
 TEST_CASE("serving layout fields: defaults, combinations and their messages", "[spec]") {
   const Spec d = parse(R"({"dtype": "bf16", "head_dim": 128, "varlen_q": true, "paged_kv": true, "pack_gqa": true,
       "split_kv": true})");
@@ -912,7 +971,7 @@ TEST_CASE("serving layout fields: defaults, combinations and their messages", "[
 
 TEST_CASE("v_layout d_major: its own tile rows, FA3's register split, no load stages, the O tail", "[spec][fp8]") {
   const auto config = [](const char* json) { return af::make_kernel_config(parse(json)); };
-  const af::KernelConfig d128 = config(R"({"dtype": "e4m3", "head_dim": 128, "v_layout": "d_major"})");
+  const af::KernelConfig d128 = config(R"({"dtype": "e4m3", "head_dim": 128, "v_layout": "d_major", "persistent": false})");
   CHECK(d128.spec.v_layout == af::VLayout::kDMajor);
   CHECK((d128.spec.block_m == 128 && d128.spec.block_n == 192 && !d128.spec.pingpong));
   CHECK((d128.producer_registers == 24 && d128.consumer_registers == 240));
@@ -921,6 +980,8 @@ TEST_CASE("v_layout d_major: its own tile rows, FA3's register split, no load st
   CHECK(d128.smem.v_stage_bytes == 192 * 128);  // block_n / 32 boxes of 128 channels x 32 keys
   CHECK(d128.smem.o_tail_bytes == 128 * 256 - 128 * 128);  // bf16 O of 128 x 128 past an e4m3 Q of 128 x 128
   CHECK(d128.smem.o_staging_bytes >= d128.smem.o_bytes);
+  // On the persistent grid (the table's choice) O is staged over the V stages instead, which hold it: no tail.
+  CHECK(config(R"({"dtype": "e4m3", "head_dim": 128, "v_layout": "d_major"})").smem.o_tail_bytes == 0);
   const af::KernelConfig d256 = config(R"({"dtype": "e4m3", "head_dim": 256, "causal": true, "v_layout": "d_major"})");
   CHECK((d256.spec.block_n == 128 && d256.spec.pingpong));
   // The transposing kernel of the same class keeps its tile, its 40-register producer and its load stages.
