@@ -94,8 +94,12 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
 // register split; empty: it fits).
 std::vector<std::string> tile_problems(DType dtype, int head_dim, int head_dim_v, const TileDefaults& t,
                                        const Layout& layout) {
-  const Spec spec = tiled_spec(dtype, default_out_dtype(dtype), dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone,
-                               head_dim, head_dim_v, false, t, layout);
+  Spec spec = tiled_spec(dtype, default_out_dtype(dtype), dtype == DType::kE4m3 ? Quant::kPerHead : Quant::kNone,
+                         head_dim, head_dim_v, false, t, layout);
+  // A head-dim pair has a tile where one CTA per tile fits it (O staged over Q), whichever grid runs it: a pair that
+  // fitted only the persistent grid's staging over V would have a kernel for some calls of a class and not others
+  // (decode-shaped and serving calls run one tile per CTA).
+  spec.persistent = false;
   return budget_problems(spec, derive_config(spec));
 }
 
@@ -188,12 +192,7 @@ TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // (e4m3 + softcap spilled 528 bytes at FA3's d128 128x224; the table's 128x160 spills none, nor do the other
   // e4m3 rows.) The gather kernels' wide producer split leaves their consumers 232 registers (derive_config); a tile whose
   // estimate is above that narrows.
-  // A serving layout runs one tile per CTA (spec.h: persistent_conflict), whose O is staged over Q: a head-dim pair
-  // that fits only on the persistent grid (16-bit 64 / 256) narrows or is refused here, naming both dims.
-  const bool one_tile_per_cta =
-      layout.varlen_q || layout.varlen_k || layout.paged_kv || layout.pack_gqa || layout.split_kv;
-  return layout.paged_gather || (one_tile_per_cta && d.persistent) ? fitted(dtype, head_dim, head_dim_v, d, layout)
-                                                                    : d;
+  return layout.paged_gather ? fitted(dtype, head_dim, head_dim_v, d, layout) : d;
 }
 
 KernelConfig derive_config(const Spec& spec) {

@@ -92,9 +92,8 @@ const std::vector<BadCase> kBadCases = {
      {"\"head_dim\"", "\"128\"", "wrong type"}},
     {"head_dim_v 100", R"({"dtype": "bf16", "head_dim": 128, "head_dim_v": 100})", ErrorCode::kInvalidSpec,
      {"\"head_dim_v\"", "100", "a multiple of 8 in [8, 256]"}},
-    {"head_dim 64 / head_dim_v 256 has no tile on a one-tile-per-CTA grid",
-     R"({"dtype": "bf16", "head_dim": 64, "head_dim_v": 256, "persistent": false})",
-     ErrorCode::kInvalidSpec, {"\"head_dim\" (64)", "\"head_dim_v\" (256)", "stage the output", "persistent grid"}},
+    {"head_dim 64 / head_dim_v 256 has no tile", R"({"dtype": "bf16", "head_dim": 64, "head_dim_v": 256})",
+     ErrorCode::kUnsupported, {"\"head_dim\" (64)", "\"head_dim_v\" (256)", "no bf16 tile fits", "stage the output"}},
     {"causal string", R"({"dtype": "bf16", "head_dim": 128, "causal": "yes"})", ErrorCode::kInvalidSpec,
      {"\"causal\"", "\"yes\"", "wrong type", "true or false"}},
     // A rotation of Q and K cancels in Q.K^T: Hadamard belongs to the FP8 pre-pass, not this kernel.
@@ -482,14 +481,9 @@ TEST_CASE("the capability table is the one statement of dtypes and head dims", "
       CHECK_NOTHROW(af::default_spec(t, 64, 256, false));
       continue;
     }
-    // 16-bit: the persistent grid stages O over the V stages, where a 64 x 256 tile's output fits; over Q (one tile
-    // per CTA, the serving layouts) it does not.
-    CHECK(af::default_spec(t, 64, 256, false).persistent);
-    af::Layout varlen;
-    varlen.varlen_q = true;
     try {
-      af::default_spec(t, t, af::Quant::kNone, 64, 256, false, varlen);
-      FAIL_CHECK("default_spec accepted head_dim 64 with head_dim_v 256 on a one-tile-per-CTA grid");
+      af::default_spec(t, 64, 256, false);
+      FAIL_CHECK("default_spec accepted head_dim 64 with head_dim_v 256");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::kUnsupported);
       CHECK_THAT(std::string(e.what()), Contains("\"head_dim\" (64)") && Contains("\"head_dim_v\" (256)") &&
