@@ -44,12 +44,14 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOKENS = 16384
 HIDDEN = 2048
-BACKENDS = ("fa3jit", "fa3jit_vt", "fa3jit_grid", "fa3", "cudnn", "fa2")
+BACKENDS = ("fa3jit", "fa3jit_vt", "fa3jit_grid", "fa3jit_persistent", "fa3", "cudnn", "fa2")
 # fa3jit_vt (e4m3 only): the kernel with V given transposed (spec field v_layout "d_major", its tile-table tile),
 # on fa3jit.v_to_d_major(v8) made before timing.
 # fa3jit_grid: the tile table's kernel (16-bit: fa3jit's; e4m3: fa3jit_vt's) with spec field persistent false, one
-# CTA per tile: the persistent grid's A/B partner in the same process.
-NAMES = {"fa3jit": "fa3jit", "fa3jit_vt": "fa3jit d_major", "fa3jit_grid": "fa3jit grid", "fa3": "FA3",
+# CTA per tile: the persistent grid's A/B partner in the same process. fa3jit_persistent: the same kernel with
+# persistent true (causal included), whatever the tile table chooses.
+NAMES = {"fa3jit": "fa3jit", "fa3jit_vt": "fa3jit d_major", "fa3jit_grid": "fa3jit grid",
+         "fa3jit_persistent": "fa3jit persistent", "fa3": "FA3",
          "cudnn": "cuDNN", "fa2": "FA2"}
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -198,6 +200,10 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8):
                                      "causal": causal, "v_layout": "d_major", "persistent": False})
         calls["fa3jit_grid"] = lambda: fa3jit.flash_attn_func(q8, k8, vt8, causal=causal, q_descale=qd, k_descale=kd,
                                                               v_descale=vd, kernel=grid_kernel)
+        persistent_kernel = fa3jit.Kernel({"dtype": "e4m3", "head_dim": q.shape[3], "head_dim_v": v.shape[3],
+                                           "causal": causal, "v_layout": "d_major", "persistent": True})
+        calls["fa3jit_persistent"] = lambda: fa3jit.flash_attn_func(q8, k8, vt8, causal=causal, q_descale=qd,
+                                                                    k_descale=kd, v_descale=vd, kernel=persistent_kernel)
         if fa3_op is not None:
             calls["fa3"] = lambda: fa3_op(q8, k8, v8, is_causal=causal, num_splits=1, q_descale=qd, k_descale=kd,
                                           v_descale=vd)[0]
@@ -207,6 +213,9 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8):
         grid_kernel = fa3jit.Kernel({"dtype": dtype, "head_dim": q.shape[3], "head_dim_v": v.shape[3],
                                      "causal": causal, "persistent": False})
         calls["fa3jit_grid"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal, kernel=grid_kernel)
+        persistent_kernel = fa3jit.Kernel({"dtype": dtype, "head_dim": q.shape[3], "head_dim_v": v.shape[3],
+                                           "causal": causal, "persistent": True})
+        calls["fa3jit_persistent"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal, kernel=persistent_kernel)
         calls["fa2"] = sdpa_call(SDPBackend.FLASH_ATTENTION)
         if fa3_op is not None:
             calls["fa3"] = lambda: fa3_op(q, k, v, is_causal=causal, num_splits=1)[0]
@@ -245,8 +254,11 @@ def bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args
     # Guard against timing a wrong kernel: fa3jit's output against cuDNN's (or FA2's; FP8 against the bf16
     # cuDNN output on the unquantised inputs, so the difference includes the quantisation error) and FA3's.
     grid_partner = "fa3jit_vt" if fp8 else "fa3jit"
-    if grid_partner in outputs and "fa3jit_grid" in outputs:  # the same tiles in the same order: identical
+    if grid_partner in outputs and "fa3jit_grid" in outputs:  # the same tiles, each in the same order: identical
         row["max_abs_diff_fa3jit_grid"] = (outputs["fa3jit_grid"].float() - outputs[grid_partner].float()).abs().max().item()
+    if "fa3jit_persistent" in outputs and "fa3jit_grid" in outputs:
+        row["max_abs_diff_fa3jit_persistent_vs_grid"] = \
+            (outputs["fa3jit_persistent"].float() - outputs["fa3jit_grid"].float()).abs().max().item()
     if "fa3jit" in outputs and "fa3jit_vt" in outputs:  # the same sums in the same order: identical
         row["max_abs_diff_fa3jit_vt_vs_fa3jit"] = (outputs["fa3jit_vt"].float() - outputs["fa3jit"].float()).abs().max().item()
     if "fa3jit" in outputs:
@@ -296,7 +308,8 @@ def markdown_table(rows, backends):
     dtype_name = rows[0]["dtype"]
     shown = [b for b in backends if any(b in row for row in rows)]
     pairs = (("fa3jit", "fa3"), ("fa3jit", "cudnn"), ("fa3jit_vt", "fa3"), ("fa3jit_vt", "fa3jit"),
-             ("fa3jit", "fa3jit_grid") if dtype_name != "e4m3" else ("fa3jit_vt", "fa3jit_grid"))
+             ("fa3jit", "fa3jit_grid") if dtype_name != "e4m3" else ("fa3jit_vt", "fa3jit_grid"),
+             ("fa3jit_persistent", "fa3jit_grid"), ("fa3jit_persistent", "fa3"))
     ratios = [(a, b) for a, b in pairs if a in shown and b in shown]
     header = (["dtype", "head_dim", "causal", "seqlen", "batch", "heads"] +
               [column_label(b, dtype_name) for b in shown] + [f"{NAMES[a]} / {NAMES[b]}" for a, b in ratios])

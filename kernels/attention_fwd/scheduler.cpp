@@ -28,6 +28,9 @@ TileSchedule schedule_tiles(const KernelConfig& config, const GridShape& g) {
   if (__builtin_mul_overflow(heads, g.batch, &pairs)) pairs = INT64_MAX;
   if (__builtin_mul_overflow(s.num_m_blocks, pairs, &per_split)) per_split = INT64_MAX;
   if (__builtin_mul_overflow(per_split, std::max<int64_t>(1, g.num_splits), &s.num_tiles)) s.num_tiles = INT64_MAX;
+  s.persistent_units = s.num_tiles;
+  if (spec.persistent && spec.causal && __builtin_mul_overflow((s.num_m_blocks + 1) / 2, pairs, &s.persistent_units))
+    s.persistent_units = INT64_MAX;
   // Query heads of one KV head share its K and V: count the bytes per query head (at most 2^42 for accepted
   // calls: seqlen_k < 2^31, head dims <= 256, 2-byte elements).
   int64_t kv_row_bytes = 0, kv_bytes = 0;

@@ -90,6 +90,7 @@ TEST_CASE("sanitizer set: persistent grids whose CTAs run several tiles, and the
   // schedules (overlapped with pingpong, sequential), 3 warpgroups, e4m3 d_major with its O tail, tiles without keys.
   const Case cases[] = {
       {R"({"dtype":"bf16","head_dim":128,"causal":true,"persistent":true})", 1023, 300, 2, 32, 8},
+      {R"({"dtype":"fp16","head_dim":64,"causal":true,"persistent":true})", 1023, 1023, 3, 40, 8},
       {R"({"dtype":"fp16","head_dim":128,"intra_wg_overlap":false,"pingpong":false})", 1023, 239, 2, 32, 8},
       {R"({"dtype":"bf16","head_dim":64})", 1023, 113, 2, 48, 8},
       {R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major"})", 799, 239, 2, 64, 16},

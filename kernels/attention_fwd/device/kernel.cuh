@@ -35,12 +35,12 @@
 
 namespace fa3jit::attention_fwd {
 
-/// The tile of linear index `linear` (scheduler.cuh: tile_for) and where its sequence, rows and key blocks lie.
+/// Where tile `tile`'s sequence, rows and key blocks lie (the tile from scheduler.cuh: tile_for, persistent_tile).
 template <class Cfg>
-__device__ __forceinline__ TileWork make_tile_work(const Params& params, int linear) {
+__device__ __forceinline__ TileWork make_tile_work(const Params& params, const TileCoord& tile) {
   using Variant = AttentionVariant<Cfg>;
   TileWork w;
-  w.tile = tile_for<Cfg>(linear, params);
+  w.tile = tile;
   w.seq = SeqInfo::load<Cfg>(params, w.tile.batch);
   w.q_first = RowMap<Cfg>::make(params, w.tile).q_first;
   const int q_end = min(w.q_first + RowMap<Cfg>::queries(params), w.seq.seqlen_q);
@@ -76,11 +76,26 @@ __device__ __forceinline__ void set_up_cta(const SmemLayout<Cfg>& sm, const Para
   }
 }
 
+/// A consumer warpgroup's whole tile: the descales, a fresh O accumulator and softmax state, the KV loop, the epilogue.
+/// `loaded`: the tiles with key blocks this CTA ran before (the phase of the per-tile barriers; 0 on a grid).
+template <class Cfg>
+__device__ __forceinline__ void consume_tile(const SmemLayout<Cfg>& sm, int consumer, const TileWork& w,
+                                             const Params& params, PipelineState<Cfg::kStages>& pipe, int loaded) {
+  const Descale<Cfg> descale = Descale<Cfg>::load(params, w.tile, w.tile.kv_head);
+  float o[AccFragment<Cfg::kHeadDimV>::kRegs];
+#pragma unroll
+  for (int i = 0; i < AccFragment<Cfg::kHeadDimV>::kRegs; ++i) o[i] = 0.f;
+  typename Mainloop<Cfg>::Softmax softmax;
+  softmax.init();
+  Mainloop<Cfg>::consume(sm, consumer, w, params, descale, o, softmax, pipe, loaded);
+  store_output<Cfg>(sm, consumer, w, params, descale, o, softmax);
+}
+
 /// One CTA per tile (the grid is the tile count, the hardware's block dispatch is the scheduler).
 template <class Cfg>
 __device__ __forceinline__ void attention_forward_grid(const Params& params, const SmemLayout<Cfg>& sm) {
   const int wg = warpgroup_index();
-  const TileWork w = make_tile_work<Cfg>(params, static_cast<int>(blockIdx.x));
+  const TileWork w = make_tile_work<Cfg>(params, tile_for<Cfg>(static_cast<int>(blockIdx.x), params));
   // A row block past its sequence's end (varlen_q: the grid is sized by max_seqlen_q) has nothing to do; no CTA
   // of a cluster can be in this case (serving layouts need cluster_m 1), so it may leave before the barriers.
   if constexpr (Cfg::kVarlenQ) {
@@ -98,14 +113,7 @@ __device__ __forceinline__ void attention_forward_grid(const Params& params, con
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    const Descale<Cfg> descale = Descale<Cfg>::load(params, w.tile, w.tile.kv_head);
-    float o[AccFragment<Cfg::kHeadDimV>::kRegs];
-#pragma unroll
-    for (int i = 0; i < AccFragment<Cfg::kHeadDimV>::kRegs; ++i) o[i] = 0.f;
-    typename Mainloop<Cfg>::Softmax softmax;
-    softmax.init();
-    Mainloop<Cfg>::consume(sm, wg - 1, w, params, descale, o, softmax, pipe, 0);
-    store_output<Cfg>(sm, wg - 1, w, params, descale, o, softmax);
+    consume_tile<Cfg>(sm, wg - 1, w, params, pipe, 0);
   }
   // The peer CTA's consumers may still release stages by arriving on our barriers: keep this CTA's shared
   // memory alive until both are done.
@@ -134,32 +142,29 @@ __device__ __forceinline__ void attention_forward_persistent(const Params& param
   if (wg == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x >= 32) return;
-    for (int round = 0;; ++round) {
-      const int linear = persistent_tile<Cfg>(round, cta, grid);
-      if (linear >= params.num_tiles) break;
-      const TileWork w = make_tile_work<Cfg>(params, linear);
+    for (int step = 0;; ++step) {
+      TileCoord tile;
+      const PersistentStep next = persistent_tile<Cfg>(step, cta, grid, params, tile);
+      if (next == PersistentStep::kDone) break;
+      if (next == PersistentStep::kSkip) continue;
+      const TileWork w = make_tile_work<Cfg>(params, tile);
       if (w.range.empty()) continue;
       Mainloop<Cfg>::produce(sm, params, w, pipe, loaded);
       ++loaded;
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    for (int round = 0;; ++round) {
-      const int linear = persistent_tile<Cfg>(round, cta, grid);
-      if (linear >= params.num_tiles) break;
-      const TileWork w = make_tile_work<Cfg>(params, linear);
+    for (int step = 0;; ++step) {
+      TileCoord tile;
+      const PersistentStep next = persistent_tile<Cfg>(step, cta, grid, params, tile);
+      if (next == PersistentStep::kDone) break;
+      if (next == PersistentStep::kSkip) continue;
+      const TileWork w = make_tile_work<Cfg>(params, tile);
       if (w.range.empty()) {
         store_empty_output<Cfg>(wg - 1, w, params);
         continue;
       }
-      const Descale<Cfg> descale = Descale<Cfg>::load(params, w.tile, w.tile.kv_head);
-      float o[AccFragment<Cfg::kHeadDimV>::kRegs];
-#pragma unroll
-      for (int i = 0; i < AccFragment<Cfg::kHeadDimV>::kRegs; ++i) o[i] = 0.f;
-      typename Mainloop<Cfg>::Softmax softmax;
-      softmax.init();
-      Mainloop<Cfg>::consume(sm, wg - 1, w, params, descale, o, softmax, pipe, loaded);
-      store_output<Cfg>(sm, wg - 1, w, params, descale, o, softmax);
+      consume_tile<Cfg>(sm, wg - 1, w, params, pipe, loaded);
       ++loaded;
     }
   }

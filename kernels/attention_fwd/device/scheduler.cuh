@@ -23,19 +23,37 @@ struct TileCoord {
   int split;    // key range of a split-KV call (0 without)
 };
 
+/// The tile of row block `m_block` of (head, batch) pair `head_batch` (head fastest; with pack_gqa the head is the KV
+/// head, whose M tile holds its whole group).
+template <class Cfg>
+__device__ __forceinline__ TileCoord tile_at(int m_block, int head_batch, int split, const Params& p) {
+  const int heads = Cfg::kPackGqa ? p.num_heads_kv : p.num_heads;
+  TileCoord t;
+  t.m_block = m_block;
+  t.split = split;
+  t.batch = head_batch / heads;
+  const int h = head_batch - t.batch * heads;
+  if constexpr (Cfg::kPackGqa) {
+    t.kv_head = h;
+    t.head = h * p.head_group;
+  } else {
+    t.head = h;
+    t.kv_head = h / p.head_group;
+  }
+  return t;
+}
+
 /// Tile of CTA `linear`. Tiles of one split come together (split outermost); inside a split, the order above over
 /// (m_block, head, batch), where "head" is the KV head with pack_gqa (its M tile holds the whole group).
 template <class Cfg>
 __device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
   const int num_m = p.num_m_blocks;
   const int heads = Cfg::kPackGqa ? p.num_heads_kv : p.num_heads;
-  TileCoord t;
+  int split = 0;
   if constexpr (Cfg::kSplitKv) {
     const int per_split = num_m * heads * p.batch;
-    t.split = linear / per_split;
-    linear -= t.split * per_split;
-  } else {
-    t.split = 0;
+    split = linear / per_split;
+    linear -= split * per_split;
   }
   int m_block, head_batch;
   if constexpr (Cfg::kCausal) {
@@ -52,28 +70,41 @@ __device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
     head_batch = linear / num_m;
     m_block = linear - head_batch * num_m;
   }
-  t.m_block = m_block;
-  t.batch = head_batch / heads;
-  const int h = head_batch - t.batch * heads;
-  if constexpr (Cfg::kPackGqa) {
-    t.kv_head = h;
-    t.head = h * p.head_group;
-  } else {
-    t.head = h;
-    t.kv_head = h / p.head_group;
-  }
-  return t;
+  return tile_at<Cfg>(m_block, head_batch, split, p);
 }
 
-/// Persistent grid (spec field persistent; one CTA per SM, launch.cpp): the linear index of CTA `cta`'s tile in round
-/// `round`, each round the next gridDim.x indices of the order above. Non-causal tiles are all alike, so CTA b takes
-/// index b of every round (FA3's static persistent scheduler). Causal tiles come longest first (LPT), so a fixed
-/// stride would give CTA 0 the longest tile of every round (a measured 70 % efficiency: bench/NOTES.md, 2026-11-29):
-/// the rounds alternate direction instead (a snake), pairing a round's longest tiles with the next round's shortest.
+/// What a persistent CTA does at one step of its walk (persistent_tile).
+enum class PersistentStep { kTile, kSkip, kDone };
+
+/// Persistent grid (spec field persistent; one CTA per SM, launch.cpp): the tile CTA `cta` of `grid` runs at its step
+/// `step`. Non-causal tiles are all alike, so CTA b takes index b of every round of gridDim.x indices of tile_for's
+/// order (FA3's static persistent scheduler). Causal tiles are not: row block m of a (head, batch) pair sees about
+/// m + 1 key blocks, and any fixed stride over a longest-first order leaves some CTAs a measured 30-40 % more work than
+/// others (bench/NOTES.md, 2026-11-29 and 2026-12-03). So the causal unit of work is a pair of row blocks of one
+/// (head, batch): m_block num_m - 1 - r and m_block r, whose key blocks add up to about num_m + 1 whatever r is
+/// (the middle block of an odd count runs alone). Every unit costs the same, CTA b takes unit b of every round (steps
+/// 2i and 2i + 1: the long block, then the short), and the CTAs of a round, started together on the same pairs'
+/// key blocks, stay in step over them (no static drift across L2). The host half (scheduler.cpp: persistent_units)
+/// sizes the grid from the same count.
 template <class Cfg>
-__device__ __forceinline__ int persistent_tile(int round, int cta, int grid) {
-  const bool reversed = Cfg::kCausal && (round & 1);
-  return round * grid + (reversed ? grid - 1 - cta : cta);
+__device__ __forceinline__ PersistentStep persistent_tile(int step, int cta, int grid, const Params& p, TileCoord& t) {
+  if constexpr (Cfg::kCausal) {
+    const int num_m = p.num_m_blocks;
+    const int half = (num_m + 1) >> 1;
+    const int heads = Cfg::kPackGqa ? p.num_heads_kv : p.num_heads;
+    const int unit = (step >> 1) * grid + cta;
+    if (unit >= half * heads * p.batch) return PersistentStep::kDone;
+    const int head_batch = unit / half;
+    const int r = unit - head_batch * half;
+    const int m_block = (step & 1) ? r : num_m - 1 - r;
+    if ((step & 1) && m_block == num_m - 1 - r) return PersistentStep::kSkip;
+    t = tile_at<Cfg>(m_block, head_batch, 0, p);
+  } else {
+    const int linear = step * grid + cta;
+    if (linear >= p.num_tiles) return PersistentStep::kDone;
+    t = tile_for<Cfg>(linear, p);
+  }
+  return PersistentStep::kTile;
 }
 
 }  // namespace fa3jit::attention_fwd
