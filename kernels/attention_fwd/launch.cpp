@@ -571,10 +571,9 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
 
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
   // A persistent kernel runs one CTA per SM (its __launch_bounds__(threads, 1) registers and shared memory fit one),
-  // each striding over the units of work (device/scheduler.cuh: persistent_tile); fewer units than SMs, one CTA each.
-  plan.grid = static_cast<unsigned>(spec.persistent
-                                        ? std::min<int64_t>(sched.persistent_units, multiprocessor_count(device.ordinal))
-                                        : sched.num_tiles);
+  // each striding over the tiles (device/scheduler.cuh: persistent_tile); fewer tiles than SMs, one CTA each.
+  plan.grid = static_cast<unsigned>(
+      spec.persistent ? std::min<int64_t>(sched.num_tiles, multiprocessor_count(device.ordinal)) : sched.num_tiles);
   Params& p = plan.params;
   std::memset(&p, 0, sizeof(p));  // padding and the fields a kernel does not use (tm_o of a self-storing epilogue)
   p.tm_q = make_tensor_map(a.q, q_shape, type, s.elem_bytes, static_cast<int>(sched.pack_rows),

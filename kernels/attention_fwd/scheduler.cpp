@@ -28,9 +28,6 @@ TileSchedule schedule_tiles(const KernelConfig& config, const GridShape& g) {
   if (__builtin_mul_overflow(heads, g.batch, &pairs)) pairs = INT64_MAX;
   if (__builtin_mul_overflow(s.num_m_blocks, pairs, &per_split)) per_split = INT64_MAX;
   if (__builtin_mul_overflow(per_split, std::max<int64_t>(1, g.num_splits), &s.num_tiles)) s.num_tiles = INT64_MAX;
-  s.persistent_units = s.num_tiles;
-  if (spec.persistent && spec.causal && __builtin_mul_overflow((s.num_m_blocks + 1) / 2, pairs, &s.persistent_units))
-    s.persistent_units = INT64_MAX;
   // Query heads of one KV head share its K and V: count the bytes per query head (at most 2^42 for accepted
   // calls: seqlen_k < 2^31, head dims <= 256, 2-byte elements).
   int64_t kv_row_bytes = 0, kv_bytes = 0;
@@ -39,6 +36,10 @@ TileSchedule schedule_tiles(const KernelConfig& config, const GridShape& g) {
     kv_bytes = INT64_MAX;
   const int64_t kv_bytes_per_head = std::max<int64_t>(1, kv_bytes / (g.pack_gqa ? 1 : group));
   s.section_heads = std::clamp<int64_t>(kL2SectionBytes / kv_bytes_per_head, 1, std::max<int64_t>(1, pairs));
+  // A persistent grid's CTAs stride over the order in rounds (device/scheduler.cuh: persistent_tile): one section, so
+  // that every round's tiles are of nearly one row block and cost. The CTAs of a round sweep their keys in step, so
+  // what they hold in L2 at one time is a few key blocks per head, not the heads' whole K and V.
+  if (spec.persistent && spec.causal) s.section_heads = std::max<int64_t>(1, pairs);
   return s;
 }
 

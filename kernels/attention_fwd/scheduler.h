@@ -14,10 +14,8 @@ namespace fa3jit::attention_fwd {
 struct TileSchedule {
   int64_t num_tiles;      // the grid (one CTA per tile, all splits); <= 2^31 - 1 when valid
   int64_t num_m_blocks;   // row blocks per head, rounded up to a multiple of cluster_m
-  int64_t section_heads;  // (head, batch) pairs per L2 section (causal order)
+  int64_t section_heads;  // (head, batch) pairs per L2 section (causal order; all of them on a persistent grid)
   int64_t pack_rows;      // queries per M tile: block_m, or block_m / group with pack_gqa
-  int64_t persistent_units;  // what a persistent grid's CTAs stride over (device/scheduler.cuh: persistent_tile):
-                             // the tiles, or with causal the pairs of row blocks of a (head, batch)
 };
 
 /// What the tile grid of a call depends on.

@@ -136,7 +136,7 @@ TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit
       {R"({"dtype":"bf16","head_dim":128})", 1, 113, 239, 1, 1},  // one tile
       {R"({"dtype":"bf16","head_dim":128,"intra_wg_overlap":false,"pingpong":false})", 2, 1023, 799, 8, 2},
       {R"({"dtype":"bf16","head_dim":128,"causal":true,"stages":3,"tile":{"block_n":128}})", 2, 1023, 1023, 16, 2},
-      // Causal units of two row blocks, 4-5 per CTA; 33 row blocks: every head's middle block runs alone.
+      // Causal, 8 tiles per CTA of 33 row blocks per head, one L2 section (the persistent order).
       {R"({"dtype":"bf16","head_dim":128,"causal":true})", 2, 4224, 4224, 16, 4},
       {R"({"dtype":"bf16","head_dim":96,"causal":true})", 2, 1023, 1500, 12, 4},
       {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128})", 2, 799, 1023, 16, 16},

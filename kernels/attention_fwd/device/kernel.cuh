@@ -142,24 +142,20 @@ __device__ __forceinline__ void attention_forward_persistent(const Params& param
   if (wg == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x >= 32) return;
-    for (int step = 0;; ++step) {
-      TileCoord tile;
-      const PersistentStep next = persistent_tile<Cfg>(step, cta, grid, params, tile);
-      if (next == PersistentStep::kDone) break;
-      if (next == PersistentStep::kSkip) continue;
-      const TileWork w = make_tile_work<Cfg>(params, tile);
+    for (int round = 0;; ++round) {
+      const int linear = persistent_tile<Cfg>(round, cta, grid);
+      if (linear >= params.num_tiles) break;
+      const TileWork w = make_tile_work<Cfg>(params, tile_for<Cfg>(linear, params));
       if (w.range.empty()) continue;
       Mainloop<Cfg>::produce(sm, params, w, pipe, loaded);
       ++loaded;
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    for (int step = 0;; ++step) {
-      TileCoord tile;
-      const PersistentStep next = persistent_tile<Cfg>(step, cta, grid, params, tile);
-      if (next == PersistentStep::kDone) break;
-      if (next == PersistentStep::kSkip) continue;
-      const TileWork w = make_tile_work<Cfg>(params, tile);
+    for (int round = 0;; ++round) {
+      const int linear = persistent_tile<Cfg>(round, cta, grid);
+      if (linear >= params.num_tiles) break;
+      const TileWork w = make_tile_work<Cfg>(params, tile_for<Cfg>(linear, params));
       if (w.range.empty()) {
         store_empty_output<Cfg>(wg - 1, w, params);
         continue;

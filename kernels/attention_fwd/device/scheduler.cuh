@@ -73,38 +73,17 @@ __device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
   return tile_at<Cfg>(m_block, head_batch, split, p);
 }
 
-/// What a persistent CTA does at one step of its walk (persistent_tile).
-enum class PersistentStep { kTile, kSkip, kDone };
-
-/// Persistent grid (spec field persistent; one CTA per SM, launch.cpp): the tile CTA `cta` of `grid` runs at its step
-/// `step`. Non-causal tiles are all alike, so CTA b takes index b of every round of gridDim.x indices of tile_for's
-/// order (FA3's static persistent scheduler). Causal tiles are not: row block m of a (head, batch) pair sees about
-/// m + 1 key blocks, and any fixed stride over a longest-first order leaves some CTAs a measured 30-40 % more work than
-/// others (bench/NOTES.md, 2026-11-29 and 2026-12-03). So the causal unit of work is a pair of row blocks of one
-/// (head, batch): m_block num_m - 1 - r and m_block r, whose key blocks add up to about num_m + 1 whatever r is
-/// (the middle block of an odd count runs alone). Every unit costs the same, CTA b takes unit b of every round (steps
-/// 2i and 2i + 1: the long block, then the short), and the CTAs of a round, started together on the same pairs'
-/// key blocks, stay in step over them (no static drift across L2). The host half (scheduler.cpp: persistent_units)
-/// sizes the grid from the same count.
+/// Persistent grid (spec field persistent; one CTA per SM, launch.cpp): the linear index of CTA `cta`'s tile in round
+/// `round`, each round the next gridDim.x indices of tile_for's order. Non-causal tiles are all alike, so CTA b takes
+/// index b of every round (FA3's static persistent scheduler). Causal tiles come longest first (LPT), and the host
+/// makes the whole call one L2 section for a persistent grid (scheduler.cpp), so a round's tiles have nearly the same
+/// row block and cost; the rounds alternate direction (a snake), pairing one round's longer tiles with the next
+/// round's shorter ones. With sections of a few heads a fixed stride handed CTA b the same residues of the row block in
+/// every round (up to 1.4x another CTA's work: bench/NOTES.md, 2026-12-03).
 template <class Cfg>
-__device__ __forceinline__ PersistentStep persistent_tile(int step, int cta, int grid, const Params& p, TileCoord& t) {
-  if constexpr (Cfg::kCausal) {
-    const int num_m = p.num_m_blocks;
-    const int half = (num_m + 1) >> 1;
-    const int heads = Cfg::kPackGqa ? p.num_heads_kv : p.num_heads;
-    const int unit = (step >> 1) * grid + cta;
-    if (unit >= half * heads * p.batch) return PersistentStep::kDone;
-    const int head_batch = unit / half;
-    const int r = unit - head_batch * half;
-    const int m_block = (step & 1) ? r : num_m - 1 - r;
-    if ((step & 1) && m_block == num_m - 1 - r) return PersistentStep::kSkip;
-    t = tile_at<Cfg>(m_block, head_batch, 0, p);
-  } else {
-    const int linear = step * grid + cta;
-    if (linear >= p.num_tiles) return PersistentStep::kDone;
-    t = tile_for<Cfg>(linear, p);
-  }
-  return PersistentStep::kTile;
+__device__ __forceinline__ int persistent_tile(int round, int cta, int grid) {
+  const bool reversed = Cfg::kCausal && (round & 1);
+  return round * grid + (reversed ? grid - 1 - cta : cta);
 }
 
 }  // namespace fa3jit::attention_fwd

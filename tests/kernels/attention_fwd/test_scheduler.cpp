@@ -69,28 +69,19 @@ TEST_CASE("schedule_tiles with pack_gqa and splits", "[scheduler]") {
   CHECK(seven.num_m_blocks == (100 + block_m / 7 - 1) / (block_m / 7));
 }
 
-TEST_CASE("schedule_tiles: the units a persistent grid strides over", "[scheduler]") {
-  for (const bool causal : {false, true}) {
-    for (const bool persistent : {false, true}) {
-      Spec spec = default_spec(DType::kBf16, 128, 128, causal);
-      spec.persistent = persistent;
-      const KernelConfig config = make_kernel_config(spec);
-      const int64_t block_m = spec.block_m;
-      INFO("causal " << causal << " persistent " << persistent << " block_m " << block_m);
-      for (const int64_t seqlen : {int64_t{1}, block_m, 4 * block_m, 33 * block_m - 7}) {
-        const TileSchedule s = schedule_tiles(config, GridShape{3, 16, 4, seqlen, seqlen, false, 1});
-        const int64_t m_blocks = (seqlen + block_m - 1) / block_m;
-        CHECK(s.num_tiles == m_blocks * 16 * 3);
-        // Causal units are pairs of row blocks of one (head, batch), the middle one of an odd count alone.
-        CHECK(s.persistent_units == (causal && persistent ? (m_blocks + 1) / 2 * 16 * 3 : s.num_tiles));
-      }
-    }
+TEST_CASE("schedule_tiles: a persistent grid's causal order is one L2 section", "[scheduler]") {
+  for (const bool persistent : {false, true}) {
+    Spec spec = default_spec(DType::kBf16, 256, 256, true);
+    spec.persistent = persistent;
+    const KernelConfig config = make_kernel_config(spec);
+    INFO("persistent " << persistent);
+    // d256 16k: 16 MB of K and V per head, two heads per 32 MB section on one CTA per tile.
+    const TileSchedule s = schedule_tiles(config, GridShape{1, 8, 8, 16384, 16384, false, 1});
+    CHECK(s.num_tiles == 16384 / spec.block_m * 8);
+    CHECK(s.section_heads == (persistent ? 8 : 2));
+    const TileSchedule big = schedule_tiles(config, GridShape{3, 40, 8, 1000, 1000, false, 1});
+    CHECK(big.section_heads == 120);
   }
-  Spec spec = default_spec(DType::kBf16, 128, 128, true);
-  spec.persistent = true;
-  const TileSchedule big = schedule_tiles(make_kernel_config(spec),
-                                          GridShape{INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, false, 1});
-  CHECK(big.persistent_units == INT64_MAX);
 }
 
 TEST_CASE("num_splits_heuristic", "[scheduler]") {
