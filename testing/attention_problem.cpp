@@ -52,6 +52,7 @@ AttentionProblem::AttentionProblem(const ProblemShape& s, uint64_t seed) : shape
   fill_fa3_distribution(v.data, host_dtype, v.data.size(), seed + 2);
   d_out = DeviceBuffer(out.size_bytes());
   d_lse = DeviceBuffer(lse.size() * sizeof(float));
+  d_workspace = DeviceBuffer(kWorkspaceBytes);
   if (fp8) {
     quantize_e4m3(seed + 3);
     return;
@@ -178,6 +179,10 @@ attention_fwd::ForwardArgs AttentionProblem::args() const {
   }
   a.out = view(out, d_out);
   a.lse = static_cast<float*>(d_lse.get());
+  if (use_workspace) {
+    a.workspace = d_workspace.get();
+    a.workspace_bytes = d_workspace.bytes();
+  }
   a.softmax_scale = softmax_scale;
   a.causal = shape.causal;
   if (shape.dtype == DType::kE4m3) {
@@ -211,7 +216,13 @@ void AttentionProblem::run(Runtime& runtime, const attention_fwd::Kernel* kernel
   // Poison first: a kernel that skips a tile leaves NaN behind instead of a stale, plausible result.
   d_out.fill_bytes(0xFF);
   d_lse.fill_bytes(0xFF);
-  launch_once(runtime, kernel, args());
+  d_workspace.fill_bytes(0xFF);  // the launch must zero what it counts with
+  const attention_fwd::ForwardArgs a = args();
+  const size_t needed = kernel != nullptr ? attention_fwd::workspace_size(*kernel, a) : attention_fwd::workspace_size(a);
+  if (needed > kWorkspaceBytes)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("AttentionProblem holds a {}-byte workspace; this call needs {}", kWorkspaceBytes, needed));
+  launch_once(runtime, kernel, a);
   check_cu(driver().cuCtxSynchronize(nullptr), "cuCtxSynchronize after the attention kernel");
   d_out.download(out.data.data(), out.size_bytes());
   d_lse.download(lse.data(), lse.size() * sizeof(float));

@@ -64,10 +64,11 @@ class AttentionProblem {
   AttentionProblem(const ProblemShape& shape, uint64_t seed);
 
   /// Arguments of the forward call; softmax_scale is passed explicitly (1/sqrt(head_dim)) so the kernel and
-  /// the reference use the same float.
+  /// the reference use the same float. With use_workspace, the workspace of a dense call (a causal persistent grid's
+  /// tile counter; launch.cpp workspace_layout), else none (that grid's static order).
   attention_fwd::ForwardArgs args() const;
 
-  /// Poisons out and lse with 0xFF bytes (NaN in every dtype), launches once on the default stream (the
+  /// Poisons out, lse and the workspace with 0xFF bytes (NaN in every dtype), launches once on the default stream (the
   /// tile-table kernel, or `kernel`), synchronises and copies out and lse back.
   void run(Runtime& runtime, const attention_fwd::Kernel* kernel = nullptr);
 
@@ -89,7 +90,9 @@ class AttentionProblem {
   HostTensor q, k, v, out;
   std::vector<float> lse;
   std::vector<float> q_descale, k_descale, v_descale;  // e4m3: launch.h ScaleView layouts, contiguous
-  DeviceBuffer d_q, d_k, d_v, d_out, d_lse, d_q_descale, d_k_descale, d_v_descale;
+  DeviceBuffer d_q, d_k, d_v, d_out, d_lse, d_q_descale, d_k_descale, d_v_descale, d_workspace;
+  bool use_workspace = true;
+  static constexpr size_t kWorkspaceBytes = 16;  // what a dense call can need (workspace_size checks it)
 
  private:
   void quantize_e4m3(uint64_t seed);

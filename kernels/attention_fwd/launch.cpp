@@ -457,18 +457,25 @@ int64_t partial_rows(const CallShape& s) {
                          0, "the workspace size");
 }
 
-// Workspace of a split call: fp32 out_partial (num_splits, rows, head_dim_v), then fp32 lse_partial (num_splits,
-// rows) at the next 16-byte boundary (attention_combine/params.h).
+// Workspace of a call:
+//  - split: fp32 out_partial (num_splits, rows, head_dim_v), then fp32 lse_partial (num_splits, rows) at the next
+//    16-byte boundary (attention_combine/params.h); required;
+//  - causal persistent grid: the dynamic tile scheduler's int32 counter (device/kernel.cuh: PersistentTiles), which
+//    the launch zeroes on the stream; optional: without it the grid runs a static order (device/scheduler.cuh).
+// (A persistent grid never splits: spec.h persistent_conflict.)
 struct WorkspaceLayout {
   int64_t lse_offset, bytes;
+  bool tile_counter;
 };
-WorkspaceLayout workspace_layout(const CallShape& s, int num_splits) {
-  if (num_splits <= 1) return {0, 0};
+constexpr int64_t kTileCounterBytes = 16;
+WorkspaceLayout workspace_layout(const Spec& spec, const CallShape& s, int num_splits) {
+  if (spec.persistent && spec.causal) return {0, kTileCounterBytes, true};
+  if (num_splits <= 1) return {0, 0, false};
   const int64_t rows = checked_mul_add(partial_rows(s), num_splits, 0, "the workspace size");
   const int64_t o_bytes = checked_mul_add(checked_mul_add(rows, s.head_dim_v, 0, "the workspace size"), 4, 0,
                                           "the workspace size");
   const int64_t lse_offset = (o_bytes + 15) / 16 * 16;
-  return {lse_offset, checked_mul_add(rows, 4, lse_offset, "the workspace size")};
+  return {lse_offset, checked_mul_add(rows, 4, lse_offset, "the workspace size"), false};
 }
 
 // An int32 tensor of `count` elements that only the GPU reads (cu_seqlens, seqused_k, page_table).
@@ -550,24 +557,31 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
                              s.batch, s.num_heads, s.max_seqlen_q, num_splits));
   if (a.dtype == DType::kE4m3) check_descales(spec, a, s, device, out, lse);
 
-  const WorkspaceLayout ws = workspace_layout(s, num_splits);
+  const WorkspaceLayout ws = workspace_layout(spec, s, num_splits);
   float* out_partial = nullptr;
   float* lse_partial = nullptr;
-  if (ws.bytes > 0) {
+  int* tile_counter = nullptr;
+  if (ws.bytes > 0 && (a.workspace != nullptr || !ws.tile_counter)) {
     if (a.workspace == nullptr || a.workspace_bytes < static_cast<size_t>(ws.bytes))
-      bad_argument(fmt::format("argument workspace holds {} bytes{}; this call runs {} KV splits and needs {} bytes "
-                               "(workspace_size)",
+      bad_argument(fmt::format("argument workspace holds {} bytes{}; this call {} needs {} bytes (workspace_size)",
                                a.workspace == nullptr ? 0 : a.workspace_bytes, a.workspace == nullptr ? " (null)" : "",
-                               num_splits, ws.bytes));
+                               ws.tile_counter ? "(its tile scheduler's counter)"
+                                               : fmt::format("runs {} KV splits and", num_splits),
+                               ws.bytes));
     if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0)
       bad_argument("argument workspace is not 16-byte aligned");
     const ByteRange w =
         check_allocation(a.workspace, static_cast<uint64_t>(ws.bytes), device, "workspace", nullptr, nullptr);
     if (w.overlaps(q) || w.overlaps(k) || w.overlaps(v) || w.overlaps(out) || w.overlaps(lse))
       bad_argument("argument workspace overlaps q, k, v, out or lse");
-    out_partial = static_cast<float*>(a.workspace);
-    lse_partial = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + ws.lse_offset);
+    if (ws.tile_counter) {
+      tile_counter = static_cast<int*>(a.workspace);
+    } else {
+      out_partial = static_cast<float*>(a.workspace);
+      lse_partial = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + ws.lse_offset);
+    }
   }
+  plan.clear_tile_counter = tile_counter;
 
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
   // A persistent kernel runs one CTA per SM (its __launch_bounds__(threads, 1) registers and shared memory fit one),
@@ -607,6 +621,7 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   p.num_m_blocks = static_cast<int>(sched.num_m_blocks);
   p.section_heads = static_cast<int>(sched.section_heads);
   p.num_tiles = static_cast<int>(sched.num_tiles);
+  p.tile_counter = tile_counter;
   p.scale_log2 = s.softmax_scale * kLog2e;
   p.q_descale = a.q_descale.data;
   p.k_descale = a.k_descale.data;
@@ -923,6 +938,9 @@ void launch(LaunchPlan& plan) {
     check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(plan.clear_lse_partial), 0xff800000u,
                                        plan.clear_count, plan.stream),
              "cuMemsetD32Async (clearing the split-KV workspace)");
+  if (plan.clear_tile_counter != nullptr)
+    check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(plan.clear_tile_counter), 0u, 1, plan.stream),
+             "cuMemsetD32Async (clearing the tile scheduler's counter)");
   launch_kernel(plan.function, plan.launch, plan.grid, &plan.params, plan.stream, "launching the attention kernel");
   if (plan.combine) attention_combine::launch(plan.combine_plan, plan.stream);
 }
@@ -936,7 +954,7 @@ CallPlanInfo plan_info(const ForwardArgs& args) {
   info.spec = class_spec(choice.key);
   info.num_splits = choice.num_splits;
   info.pack_gqa = info.spec.pack_gqa;
-  info.workspace_bytes = static_cast<size_t>(workspace_layout(shape, choice.num_splits).bytes);
+  info.workspace_bytes = static_cast<size_t>(workspace_layout(info.spec, shape, choice.num_splits).bytes);
   return info;
 }
 
@@ -948,7 +966,7 @@ CallPlanInfo plan_info(const Kernel& kernel, const ForwardArgs& args) {
   info.spec = kernel.spec();
   info.num_splits = kernel_splits(kernel, args, shape, ordinal);
   info.pack_gqa = info.spec.pack_gqa;
-  info.workspace_bytes = static_cast<size_t>(workspace_layout(shape, info.num_splits).bytes);
+  info.workspace_bytes = static_cast<size_t>(workspace_layout(info.spec, shape, info.num_splits).bytes);
   return info;
 }
 

@@ -188,6 +188,9 @@ struct LaunchPlan {
   // whatever the workspace held.
   float* clear_lse_partial = nullptr;
   size_t clear_count = 0;
+  // causal persistent grid with a workspace: the dynamic scheduler's counter (Params.tile_counter), zeroed on the
+  // stream before each launch.
+  int* clear_tile_counter = nullptr;
 };
 /// The kernel spec a call of `args` runs when no kernel is given: the tile table's choice for its shape class, as
 /// forward(runtime, ...) picks it (the same functions). Reads the shapes, the mask and which pointers are null;

@@ -27,6 +27,8 @@ namespace fa3jit::attention_fwd {
   FIELD(int, num_m_blocks)   /* row blocks per head (of max_seqlen_q), rounded up to cluster_m */       \
   FIELD(int, section_heads)  /* causal tile order: (head, batch) pairs per L2 section (scheduler) */    \
   FIELD(int, num_tiles)      /* tiles of the call; a persistent grid's CTAs stride over them */          \
+  FIELD(int*, tile_counter)  /* causal persistent grid: tiles handed out so far past the first gridDim.x, */ \
+                             /* zero at launch (launch.cpp: the call's workspace); null: a static order */ \
   FIELD(const float*, q_descale) /* e4m3: launch.h ScaleView; null for 16-bit */                         \
   FIELD(const float*, k_descale)                                                                        \
   FIELD(const float*, v_descale)                                                                        \
@@ -110,11 +112,14 @@ struct SmemPlan {
   int o_staging_bytes;  // what the epilogue may use: that area and the O tail
   int q_offset, v_load_offset, k_offset, v_offset, o_offset, barrier_offset;
   int num_barriers;     // q_full + k_full, k_empty, v_full, v_empty per stage (+ v_load_full, v_load_empty with a
-                        // V load stage) (+ q_empty, o_empty on a persistent grid)
+                        // V load stage) (+ kPersistentBarriers on a persistent grid)
   int launch_bytes;     // dynamic shared memory requested at launch
 };
 
 inline constexpr int kBarrierAreaBytes = 256;  // room for the mbarriers of up to 4 stages (27 x 8 bytes)
+/// 8-byte entries after the stage barriers of a persistent grid (device/smem_layout.cuh): q_empty, o_empty, tile_full[2],
+/// tile_empty[2] and the two int32 slots through which the producer hands a dynamically scheduled tile to the consumers.
+inline constexpr int kPersistentBarriers = 7;
 inline constexpr int kSmemAlignSlack = 1024;
 
 /// Bytes of one tile row in shared memory: whole 128-byte swizzle rows (an e4m3 head_dim of 64 fills half of one;
@@ -152,7 +157,7 @@ FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int he
   p.v_offset = p.k_offset + stages * p.k_stage_bytes;
   p.o_offset = persistent ? p.v_offset : p.q_offset;
   p.barrier_offset = p.v_offset + stages * p.v_stage_bytes + (persistent ? p.o_tail_bytes : 0);
-  p.num_barriers = 1 + (load_stages ? 6 : 4) * stages + (persistent ? 2 : 0);
+  p.num_barriers = 1 + (load_stages ? 6 : 4) * stages + (persistent ? kPersistentBarriers : 0);
   p.launch_bytes = p.barrier_offset + kBarrierAreaBytes + kSmemAlignSlack;
   return p;
 }

@@ -36,10 +36,6 @@ TileSchedule schedule_tiles(const KernelConfig& config, const GridShape& g) {
     kv_bytes = INT64_MAX;
   const int64_t kv_bytes_per_head = std::max<int64_t>(1, kv_bytes / (g.pack_gqa ? 1 : group));
   s.section_heads = std::clamp<int64_t>(kL2SectionBytes / kv_bytes_per_head, 1, std::max<int64_t>(1, pairs));
-  // A persistent grid's CTAs stride over the order in rounds (device/scheduler.cuh: persistent_tile): one section, so
-  // that every round's tiles are of nearly one row block and cost. The CTAs of a round sweep their keys in step, so
-  // what they hold in L2 at one time is a few key blocks per head, not the heads' whole K and V.
-  if (spec.persistent && spec.causal) s.section_heads = std::max<int64_t>(1, pairs);
   return s;
 }
 

@@ -14,7 +14,7 @@ namespace fa3jit::attention_fwd {
 struct TileSchedule {
   int64_t num_tiles;      // the grid (one CTA per tile, all splits); <= 2^31 - 1 when valid
   int64_t num_m_blocks;   // row blocks per head, rounded up to a multiple of cluster_m
-  int64_t section_heads;  // (head, batch) pairs per L2 section (causal order; all of them on a persistent grid)
+  int64_t section_heads;  // (head, batch) pairs per L2 section (causal order)
   int64_t pack_rows;      // queries per M tile: block_m, or block_m / group with pack_gqa
 };
 

@@ -119,7 +119,9 @@ TEST_CASE("non-default specs (other tiles, stages, schedules) run and pass", "[g
 
 TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit for bit", "[gpu][forward][persistent]") {
   if (!have_gpu()) return;
-  // Each tile runs the same code in the same order on either grid, so the two must agree to the bit. Sizes: tiles
+  // Each tile runs the same code in the same order on either grid, so the two must agree to the bit, and a causal
+  // persistent grid with its tile counter (the workspace, poisoned before each run) and without (a static order) as
+  // well. Sizes: tiles
   // past the 132 CTAs (each CTA runs several: the K/V ring, Q and the O staging handed over between tiles), a single
   // tile, causal rows that see no key (tiles with no key block among the others). Windows, softcap and sinks on a
   // persistent grid: test_serving.cpp, dense q.
@@ -176,6 +178,10 @@ TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit
       b.run(runtime(), load_kernel(runtime(), persistent).get());
       CHECK(b.out.data == a.out.data);
     }
+    // Without a workspace a causal grid runs its static order instead of the counter: the same tiles again.
+    b.use_workspace = false;
+    b.run(runtime(), load_kernel(runtime(), persistent).get());
+    CHECK(b.out.data == a.out.data);
   }
   std::printf("persistent grid: %d of %zu cases bit-identical to the one-tile-per-CTA grid\n", identical,
               std::size(cases));

@@ -170,7 +170,7 @@ torch = types.ModuleType("torch")
 class DType:
     def __init__(self, name, size): self.name, self.itemsize = name, size
     def __repr__(self): return "torch." + self.name
-for n, s in (("float16", 2), ("bfloat16", 2), ("float32", 4), ("float8_e4m3fn", 1), ("float64", 8)):
+for n, s in (("float16", 2), ("bfloat16", 2), ("float32", 4), ("float8_e4m3fn", 1), ("float64", 8), ("uint8", 1)):
     setattr(torch, n, DType(n, s))
 class Device:
     def __init__(self, spec):

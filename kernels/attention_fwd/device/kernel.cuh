@@ -123,37 +123,86 @@ __device__ __forceinline__ void attention_forward_grid(const Params& params, con
   }
 }
 
+/// The tiles of a persistent CTA, in turn, as both of its sides see them. Statically (non-causal, or a causal call
+/// without a counter) each side computes the sequence itself (scheduler.cuh: persistent_tile). Dynamically (causal
+/// with params.tile_counter; FA3's dynamic persistent scheduler) CTA b runs tile b first, and the producer takes each
+/// next index from the counter (atomicAdd + gridDim.x, so the call's tiles go out in tile_for's longest-first order to
+/// whichever CTA frees up first) one tile ahead, and hands it to the consumers through tile slot t % 2: tile_full when
+/// written, tile_empty once every consumer warp has read it. The index past the last tile ends both walks.
+template <class Cfg>
+struct PersistentTiles {
+  const Params& params;
+  const SmemLayout<Cfg>& sm;
+  bool dynamic;
+  // Read where used (special registers and the constant bank), not held across the role split: a value computed
+  // before setmaxnreg and live in the 24-register producer spilled.
+  static __device__ __forceinline__ int cta() { return static_cast<int>(blockIdx.x); }
+  static __device__ __forceinline__ int grid() { return static_cast<int>(gridDim.x); }
+
+  /// Producer (one warp): the index of its tile `t`, given `linear` the one it took for it; publishes it.
+  __device__ __forceinline__ void publish(int t, int linear) const {
+    const int slot = t & 1;
+    if ((threadIdx.x & 31) == 0) {
+      if (t >= 2) mbarrier_wait(sm.tile_empty(slot), static_cast<uint32_t>((t >> 1) - 1) & 1u);
+      st_shared_u32(sm.tile_slot(slot), static_cast<uint32_t>(linear));
+      mbarrier_arrive(sm.tile_full(slot));
+    }
+  }
+  /// Producer: the index of its tile t + 1.
+  __device__ __forceinline__ int take_next(int t) const {
+    if (!dynamic) return persistent_tile<Cfg>(t + 1, cta(), grid());
+    int next = 0;
+    if ((threadIdx.x & 31) == 0) next = atomicAdd(params.tile_counter, 1) + grid();
+    return __shfl_sync(0xffffffffu, next, 0);
+  }
+  /// Consumers: the index of tile t (waits for the producer's when dynamic).
+  __device__ __forceinline__ int consumer_tile(int t) const {
+    if (!dynamic) return persistent_tile<Cfg>(t, cta(), grid());
+    const int slot = t & 1;
+    mbarrier_wait(sm.tile_full(slot), static_cast<uint32_t>(t >> 1) & 1u);
+    const int linear = static_cast<int>(ld_shared_u32(sm.tile_slot(slot)));
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbarrier_arrive(sm.tile_empty(slot));
+    return linear;
+  }
+};
+
 /// Persistent grid (spec field persistent; FA3's persistent tile scheduler): one CTA per SM, which runs the tiles
-/// persistent_tile gives it (scheduler.cuh) one after the other. Producer and consumers walk the same sequence of
-/// tiles, each on its own; the K/V ring's stages and phases run on across tiles, and three barriers hand the
-/// per-tile buffers over (smem_layout.cuh): q_full (the tile's Q loaded), q_empty (every consumer warp's last
-/// S = Q.K^T of the tile has completed: the next Q may load) and o_empty (every consumer warpgroup's O store has read
-/// the staging area over the V stages: the next V may load). So the next tile's first K block and its Q load while
-/// the current tile's last P.V and O store run. A tile with no key block (a causal or windowed row block that sees
-/// no key) loads nothing, touches no barrier and stores its zeros and -inf from registers
-/// (epilogue.cuh: store_empty_output), so every barrier phase is waited on in order by both sides.
+/// PersistentTiles gives it one after the other. Producer and consumers walk the same sequence of tiles; the K/V
+/// ring's stages and phases run on across tiles, and three barriers hand the per-tile buffers over
+/// (smem_layout.cuh): q_full (the tile's Q loaded), q_empty (every consumer warp's last S = Q.K^T of the tile has
+/// completed: the next Q may load) and o_empty (every consumer warpgroup's O store has read the staging area over the
+/// V stages: the next V may load). So the next tile's first K block and its Q load while the current tile's last P.V
+/// and O store run. A tile with no key block (a causal or windowed row block that sees no key) loads nothing, touches
+/// no per-tile barrier and stores its zeros and -inf from registers (epilogue.cuh: store_empty_output), so every
+/// barrier phase is waited on in order by both sides.
 template <class Cfg>
 __device__ __forceinline__ void attention_forward_persistent(const Params& params, const SmemLayout<Cfg>& sm) {
   const int wg = warpgroup_index();
-  const int cta = static_cast<int>(blockIdx.x), grid = static_cast<int>(gridDim.x);
+  const PersistentTiles<Cfg> tiles{params, sm, Cfg::kCausal && params.tile_counter != nullptr};
   set_up_cta<Cfg>(sm, params);
   PipelineState<Cfg::kStages> pipe;
   int loaded = 0;  // tiles with key blocks done so far: the phase of q_full, q_empty and o_empty
   if (wg == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x >= 32) return;
-    for (int round = 0;; ++round) {
-      const int linear = persistent_tile<Cfg>(round, cta, grid);
+    int linear = persistent_tile<Cfg>(0, tiles.cta(), tiles.grid());
+    for (int t = 0;; ++t) {
+      if (tiles.dynamic) tiles.publish(t, linear);
       if (linear >= params.num_tiles) break;
       const TileWork w = make_tile_work<Cfg>(params, tile_for<Cfg>(linear, params));
-      if (w.range.empty()) continue;
-      Mainloop<Cfg>::produce(sm, params, w, pipe, loaded);
-      ++loaded;
+      if (!w.range.empty()) {
+        Mainloop<Cfg>::produce(sm, params, w, pipe, loaded);
+        ++loaded;
+      }
+      // Taken once this tile's loads are issued: its consumers are still at work on it (and the next Q waits for
+      // their q_empty), so the atomic's latency is off their path.
+      linear = tiles.take_next(t);
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    for (int round = 0;; ++round) {
-      const int linear = persistent_tile<Cfg>(round, cta, grid);
+    for (int t = 0;; ++t) {
+      const int linear = tiles.consumer_tile(t);
       if (linear >= params.num_tiles) break;
       const TileWork w = make_tile_work<Cfg>(params, tile_for<Cfg>(linear, params));
       if (w.range.empty()) {

@@ -89,6 +89,10 @@ struct Mainloop {
     if constexpr (Cfg::kPersistent) {
       mbarrier_init(sm.q_empty(), kEmptyArrivals);           // lane 0 of every consumer warp (release_q)
       mbarrier_init(sm.o_empty(), Cfg::kConsumerWarpgroups);  // thread 0 of every consumer warpgroup (epilogue.cuh)
+      for (int slot = 0; slot < 2; ++slot) {
+        mbarrier_init(sm.tile_full(slot), 1);                                 // the producer's lane 0
+        mbarrier_init(sm.tile_empty(slot), 4 * Cfg::kConsumerWarpgroups);    // lane 0 of every consumer warp
+      }
     }
   }
 

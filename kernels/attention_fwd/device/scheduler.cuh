@@ -73,13 +73,12 @@ __device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
   return tile_at<Cfg>(m_block, head_batch, split, p);
 }
 
-/// Persistent grid (spec field persistent; one CTA per SM, launch.cpp): the linear index of CTA `cta`'s tile in round
-/// `round`, each round the next gridDim.x indices of tile_for's order. Non-causal tiles are all alike, so CTA b takes
-/// index b of every round (FA3's static persistent scheduler). Causal tiles come longest first (LPT), and the host
-/// makes the whole call one L2 section for a persistent grid (scheduler.cpp), so a round's tiles have nearly the same
-/// row block and cost; the rounds alternate direction (a snake), pairing one round's longer tiles with the next
-/// round's shorter ones. With sections of a few heads a fixed stride handed CTA b the same residues of the row block in
-/// every round (up to 1.4x another CTA's work: bench/NOTES.md, 2026-12-03).
+/// Persistent grid (spec field persistent; one CTA per SM, launch.cpp) with a static order: the linear index of CTA
+/// `cta`'s tile in round `round`, each round the next gridDim.x indices of tile_for's order. Non-causal tiles are all
+/// alike, so CTA b takes index b of every round (FA3's static persistent scheduler). A causal call takes its tiles
+/// from a counter instead (kernel.cuh: PersistentTiles): any static order measured up to 1.4x more work on some CTAs
+/// than on others or lost L2 reuse (bench/NOTES.md, 2026-12-03). Without a counter (no workspace) the rounds alternate
+/// direction (a snake), pairing a round's longest tiles with the next round's shortest.
 template <class Cfg>
 __device__ __forceinline__ int persistent_tile(int round, int cta, int grid) {
   const bool reversed = Cfg::kCausal && (round & 1);

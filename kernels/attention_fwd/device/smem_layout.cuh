@@ -9,7 +9,7 @@
 //   V[s]     : block_n x head_dim_v, per stage; e4m3: head_dim_v x block_n (transposed, K-major; params.h VStage)
 //              (persistent grid: the O staging tile, with an O tail after the V stages)
 //   barriers : q_full, k_full[s], k_empty[s], v_full[s], v_empty[s] (+ v_load_full[s], v_load_empty[s])
-//              (+ q_empty, o_empty: persistent grid)
+//              (+ q_empty, o_empty, tile_full[2], tile_empty[2], tile slots: persistent grid)
 #pragma once
 
 #include "hopper/types.cuh"
@@ -72,8 +72,20 @@ struct SmemLayout {
   }
   /// Persistent grid: Q is free for the next tile (every consumer warp's last S = Q.K^T has completed), and O's
   /// staging area (the V stages) is free for the next tile's V (every consumer warpgroup's O store has read it).
-  __device__ __forceinline__ uint32_t q_empty() const { return base + kBarrierOffset + 8 * (kNumBarriers - 2); }
-  __device__ __forceinline__ uint32_t o_empty() const { return base + kBarrierOffset + 8 * (kNumBarriers - 1); }
+  static constexpr int kPersistentFirst = kNumBarriers - kPersistentBarriers;
+  __device__ __forceinline__ uint32_t q_empty() const { return base + kBarrierOffset + 8 * kPersistentFirst; }
+  __device__ __forceinline__ uint32_t o_empty() const { return base + kBarrierOffset + 8 * (kPersistentFirst + 1); }
+  /// Dynamic tile scheduler (kernel.cuh): slot s holds the linear index of a tile the producer took from the counter
+  /// (tile_full: written; tile_empty: every consumer warp has read it).
+  __device__ __forceinline__ uint32_t tile_full(int slot) const {
+    return base + kBarrierOffset + 8 * (kPersistentFirst + 2 + slot);
+  }
+  __device__ __forceinline__ uint32_t tile_empty(int slot) const {
+    return base + kBarrierOffset + 8 * (kPersistentFirst + 4 + slot);
+  }
+  __device__ __forceinline__ uint32_t tile_slot(int slot) const {
+    return base + kBarrierOffset + 8 * (kPersistentFirst + 6) + 4 * slot;
+  }
 };
 
 }  // namespace fa3jit::attention_fwd

@@ -69,21 +69,6 @@ TEST_CASE("schedule_tiles with pack_gqa and splits", "[scheduler]") {
   CHECK(seven.num_m_blocks == (100 + block_m / 7 - 1) / (block_m / 7));
 }
 
-TEST_CASE("schedule_tiles: a persistent grid's causal order is one L2 section", "[scheduler]") {
-  for (const bool persistent : {false, true}) {
-    Spec spec = default_spec(DType::kBf16, 256, 256, true);
-    spec.persistent = persistent;
-    const KernelConfig config = make_kernel_config(spec);
-    INFO("persistent " << persistent);
-    // d256 16k: 16 MB of K and V per head, two heads per 32 MB section on one CTA per tile.
-    const TileSchedule s = schedule_tiles(config, GridShape{1, 8, 8, 16384, 16384, false, 1});
-    CHECK(s.num_tiles == 16384 / spec.block_m * 8);
-    CHECK(s.section_heads == (persistent ? 8 : 2));
-    const TileSchedule big = schedule_tiles(config, GridShape{3, 40, 8, 1000, 1000, false, 1});
-    CHECK(big.section_heads == 120);
-  }
-}
-
 TEST_CASE("num_splits_heuristic", "[scheduler]") {
   // Enough tiles for the machine: no split.
   CHECK(num_splits_heuristic(512, 64, 132, 256) == 1);

@@ -56,7 +56,14 @@ _fp8_out_codes: dict = {}     # torch dtype -> fa3jit_dtype of the outputs an e4
 
 _runtime_handle: Optional[int] = None  # the process-wide runtime's fa3jit_runtime*, once created
 _attention_forward: Any = None         # the library's fa3jit_attention_forward, bound with torch
+_uint8: Any = None
 _pack_params = _capi.PARAMS_CALL_STRUCT.pack_into
+_pack_workspace = _capi.WORKSPACE_STRUCT.pack_into
+_WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
+# A causal call's workspace: the tile counter of a persistent grid's dynamic scheduler (fa3jit_attention_workspace_size
+# of a dense call that does not split; the library refuses a smaller one by name). Made per call with torch, on the
+# caller's stream: memory no other call can be using, as FA3 makes its tile_count_semaphore.
+_CAUSAL_WORKSPACE_BYTES = 16
 _pack_fp8_params = _capi.PARAMS_FP8_CALL_STRUCT.pack_into
 _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
 _E4M3 = _capi.DTYPE_E4M3
@@ -83,7 +90,7 @@ _ops_route: Any = None
 
 def _bind_torch() -> None:
     global _torch, _Tensor, _DTYPE_CODES, _contiguous_format, _float32, _current_stream, _current_device
-    global _attention_forward, _float8, _fp8_out_codes
+    global _attention_forward, _float8, _fp8_out_codes, _uint8
     try:
         import torch
     except ImportError as error:
@@ -105,6 +112,7 @@ def _bind_torch() -> None:
     _float8, _fp8_out_codes = float8, {torch.bfloat16: _capi.DTYPE_BF16, torch.float16: _capi.DTYPE_FP16}
     _attention_forward = _capi.library().fa3jit_attention_forward  # raises LibraryNotFoundError
     _Tensor = torch.Tensor
+    _uint8 = torch.uint8
 
 
 def _bind_runtime() -> int:
@@ -114,9 +122,9 @@ def _bind_runtime() -> int:
 
 
 def _thread_params() -> Tuple[_capi.ForwardParams, int]:
-    # struct_size and out_dtype (DEFAULT) are set here, once; workspace stays NULL / 0 bytes: num_splits stays 1
-    # and pack_gqa 0 (ForwardParams()'s defaults, as fa3jit_forward_params_init), so no call of flash_attn_func
-    # splits the keys or needs a workspace (the serving functions of fa3jit.serving choose them); quant stays
+    # struct_size and out_dtype (DEFAULT) are set here, once; num_splits stays 1 and pack_gqa 0 (ForwardParams()'s
+    # defaults, as fa3jit_forward_params_init), so no call of flash_attn_func splits the keys (the serving functions
+    # of fa3jit.serving choose that); the workspace is packed on each call (a causal call's tile counter); quant stays
     # NONE and the descales NULL (e4m3 calls use _thread_fp8_params), and every other field is packed on each
     # call.
     params = _capi.ForwardParams()
@@ -578,6 +586,11 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
                      v.data_ptr(), v_sb, v_ss, v_sh,
                      out.data_ptr(), o_sb, o_ss, o_sh,
                      lse_ptr, scale)
+    if causal:  # held until the call returns: the caching allocator keeps it for this stream's work
+        workspace = q.new_empty((_CAUSAL_WORKSPACE_BYTES,), dtype=_uint8)
+        _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), _CAUSAL_WORKSPACE_BYTES)
+    else:
+        _pack_workspace(params, _WORKSPACE_OFFSET, 0, 0)
     device = q.get_device()
     stream = _current_stream(device)
     if _current_device is not None and _current_device() != device:
