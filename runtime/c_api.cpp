@@ -467,9 +467,10 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
     const fa3jit_forward_params current = current_params(*params);
     check_reserved(current.reserved, "fa3jit_forward_params");
     check_serving_options(current);
-    // Without a split nothing else is read (workspace_size's contract: 0 without a KV split), so that sizing the
-    // workspace of such a call needs no tensors and no driver, as before the serving fields.
-    *bytes = current.num_splits == 1 ? 0 : fa3jit::attention_fwd::workspace_size(to_args(current));
+    // Without a split the size depends on the shape class alone (a causal persistent grid's tile counter), so
+    // sizing the workspace of such a call needs no tensors and no driver, as before the serving fields.
+    *bytes = fa3jit::attention_fwd::workspace_size(
+        to_args(current, current.num_splits == 1 ? Tensors::kOptional : Tensors::kRequired));
   });
 }
 

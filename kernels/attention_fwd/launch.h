@@ -219,7 +219,8 @@ struct CallPlanInfo {
 CallPlanInfo plan_info(const ForwardArgs& args);
 CallPlanInfo plan_info(const Kernel& kernel, const ForwardArgs& args);
 
-/// plan_info(args).workspace_bytes: bytes of caller-owned workspace the call needs, 0 without a KV split. For a
+/// plan_info(args).workspace_bytes: bytes of caller-owned workspace the call needs (launch.cpp: workspace_layout): a
+/// split call's partials, a causal persistent grid's tile counter (optional: without it a static order), else 0. For a
 /// CUDA graph, size the workspace once with the largest shapes it will replay (the bytes grow with batch,
 /// max_seqlen_q and num_heads, and num_splits <= kMaxSplits).
 size_t workspace_size(const ForwardArgs& args);

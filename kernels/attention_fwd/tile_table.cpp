@@ -136,12 +136,12 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
                             "\"{}\"; each is {}",
                             head_dim, head_dim_v, dtype_name(dtype), allowed_head_dims(dtype)));
   TileDefaults t = table_tile(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
-  // A persistent grid for non-causal calls where the layout allows one (spec.h: persistent_conflict; tiled_spec applies
-  // it). Measured on the H200 (bench/NOTES.md, fa3jit / fa3jit_grid in one process): non-causal 1.00-1.12 (bf16) and
-  // 0.99-1.20 (e4m3 d_major), most at 512-1k tokens; causal gains at 512-1k but loses up to 0.61 at long sequences
-  // (d256 16k): a static order lets the CTAs drift apart over the LPT / L2-section order, which needs the dynamic
-  // (atomic counter) scheduler FA3 uses. Causal (and windows, which take the causal tile) stay one tile per CTA.
-  t.persistent = !causal;
+  // A persistent grid where the layout allows one (spec.h: persistent_conflict; tiled_spec applies it). Measured on the
+  // H200 (bench/NOTES.md, fa3jit persistent / fa3jit grid in one process): non-causal 1.00-1.14 (bf16) and 0.99-1.20
+  // (e4m3 d_major) with the static order; causal 1.02-1.14 (bf16) and 1.01-1.23 (e4m3 d_major) with the dynamic tile
+  // scheduler, whose counter is the call's workspace (launch.cpp: workspace_layout). Without a workspace a causal
+  // call runs a static order, measured 0.61-1.12 of the grid.
+  t.persistent = true;
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 

@@ -371,10 +371,17 @@ def test_runtime_create_rejects_unset_struct_size():
 
 # ---- fa3jit_attention_workspace_size --------------------------------------------------------------------
 
-@pytest.mark.parametrize("fields", [dict(), dict(causal=1), dict(seqlen_q=1, seqlen_k=100000), dict(batch=64),
-                                    dict(num_splits=1, pack_gqa=-1, page_size=64)])
+@pytest.mark.parametrize("fields", [dict(), dict(seqlen_q=1, seqlen_k=100000), dict(batch=64),
+                                    dict(num_splits=1, pack_gqa=-1, page_size=64), dict(causal=1, seqlen_q=1)])
 def test_workspace_size_is_zero_without_a_split(runtime, fields):
     assert runtime.workspace_size(_params(**fields)) == 0
+
+
+@pytest.mark.parametrize("fields", [dict(causal=1), dict(causal=1, batch=64, seqlen_q=113, seqlen_k=4224)])
+def test_workspace_size_of_a_causal_call_is_its_tile_counter(runtime, fields):
+    """A dense causal call runs the tile table's persistent grid, whose dynamic tile scheduler counts in 16 bytes of
+    workspace (seqlen_q 1 above runs the non-causal kernel: no key is hidden from a single bottom-right row)."""
+    assert runtime.workspace_size(_params(**fields)) == 16
 
 
 def test_workspace_size_reads_no_pointer(runtime):

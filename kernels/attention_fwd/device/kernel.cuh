@@ -128,7 +128,7 @@ __device__ __forceinline__ void attention_forward_grid(const Params& params, con
 /// with params.tile_counter; FA3's dynamic persistent scheduler) CTA b runs tile b first, and the producer takes each
 /// next index from the counter (atomicAdd + gridDim.x, so the call's tiles go out in tile_for's longest-first order to
 /// whichever CTA frees up first) one tile ahead, and hands it to the consumers through tile slot t % 2: tile_full when
-/// written, tile_empty once every consumer warp has read it. The index past the last tile ends both walks.
+/// written, tile_empty once every consumer thread has read it. The index past the last tile ends both walks.
 template <class Cfg>
 struct PersistentTiles {
   const Params& params;
@@ -161,8 +161,7 @@ struct PersistentTiles {
     const int slot = t & 1;
     mbarrier_wait(sm.tile_full(slot), static_cast<uint32_t>(t >> 1) & 1u);
     const int linear = static_cast<int>(ld_shared_u32(sm.tile_slot(slot)));
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) mbarrier_arrive(sm.tile_empty(slot));
+    mbarrier_arrive(sm.tile_empty(slot));  // every reader itself, so each read is ordered before the next write
     return linear;
   }
 };

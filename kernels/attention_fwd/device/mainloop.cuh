@@ -91,7 +91,7 @@ struct Mainloop {
       mbarrier_init(sm.o_empty(), Cfg::kConsumerWarpgroups);  // thread 0 of every consumer warpgroup (epilogue.cuh)
       for (int slot = 0; slot < 2; ++slot) {
         mbarrier_init(sm.tile_full(slot), 1);                                 // the producer's lane 0
-        mbarrier_init(sm.tile_empty(slot), 4 * Cfg::kConsumerWarpgroups);    // lane 0 of every consumer warp
+        mbarrier_init(sm.tile_empty(slot), 128 * Cfg::kConsumerWarpgroups);  // every consumer thread
       }
     }
   }

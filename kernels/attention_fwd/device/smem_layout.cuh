@@ -76,7 +76,7 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t q_empty() const { return base + kBarrierOffset + 8 * kPersistentFirst; }
   __device__ __forceinline__ uint32_t o_empty() const { return base + kBarrierOffset + 8 * (kPersistentFirst + 1); }
   /// Dynamic tile scheduler (kernel.cuh): slot s holds the linear index of a tile the producer took from the counter
-  /// (tile_full: written; tile_empty: every consumer warp has read it).
+  /// (tile_full: written; tile_empty: every consumer thread has read it).
   __device__ __forceinline__ uint32_t tile_full(int slot) const {
     return base + kBarrierOffset + 8 * (kPersistentFirst + 2 + slot);
   }

@@ -217,7 +217,9 @@ typedef struct fa3jit_forward_params {
   float* lse;          /* device pointer or NULL */
   float softmax_scale; /* 0 = 1/sqrt(head_dim) */
   /* Caller-owned device workspace of at least fa3jit_attention_workspace_size() bytes (NULL when that is 0),
-   * so that a call allocates nothing and stays valid inside a CUDA graph. */
+   * so that a call allocates nothing and stays valid inside a CUDA graph. A split call needs it; a dense causal
+   * call takes its tiles from a counter in it (16 bytes, zeroed by the call on its stream: FA3's dynamic tile
+   * scheduler) and without one runs a static tile order, correct but measured up to 1.6x slower. */
   void* workspace;
   size_t workspace_bytes;
   /* ---- appended for e4m3 inputs; fa3jit_forward_params_init sets the defaults ---- */
@@ -337,18 +339,20 @@ FA3JIT_API void fa3jit_kernel_destroy(fa3jit_kernel* kernel);
  *     that disagrees with the params (dtype, out_dtype, quant, head dims, causal); num_splits or pack_gqa out
  *     of range; cu_seqlens_k together with page_table; page_table without seqused_k; a misaligned index
  *     tensor, a max_seqlen_q, max_pages, num_pages or page_table_stride the layout does not allow; a workspace
- *     smaller than fa3jit_attention_workspace_size or not 16-byte aligned when the call splits;
+ *     (when the call splits, or any given to a call that uses one) smaller than fa3jit_attention_workspace_size
+ *     or not 16-byte aligned;
  *   UNSUPPORTED: a dtype or head dims this build does not generate (see fa3jit_capabilities_json);
  *   COMPILE_FAILED; NO_DRIVER; DRIVER (a driver call or the launch failed); CACHE; INTERNAL. */
 FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const fa3jit_kernel* kernel,
                                                   const fa3jit_forward_params* params, void* cuda_stream);
 
 /* Bytes of device workspace (16-byte aligned, caller-owned, passed as params.workspace) that a call of the tile
- * table's kernel (fa3jit_attention_forward with kernel NULL) with these params needs: 0 without a KV split. It
- * grows with batch, max_seqlen_q (seqlen_q without cu_seqlens_q), num_heads, head_dim_v and the number of
- * splits; for a CUDA graph, size it once with the largest shapes it will replay.
- * num_splits 1 (fa3jit_forward_params_init's, and an older header's struct): *bytes = 0, reading only the struct
- * itself; no GPU needed, the tensor pointers may be NULL. num_splits 0 or > 1: the params are checked as
+ * table's kernel (fa3jit_attention_forward with kernel NULL) with these params needs: without a KV split 16 for a
+ * call whose kernel is a causal persistent grid (its tile counter) and 0 otherwise; with a split it grows with
+ * batch, max_seqlen_q (seqlen_q without cu_seqlens_q), num_heads, head_dim_v and the number of splits; for a CUDA
+ * graph, size it once with the largest shapes it will replay.
+ * num_splits 1 (fa3jit_forward_params_init's, and an older header's struct): read from the shape fields alone; no
+ * GPU needed, the tensor pointers may be NULL. num_splits 0 or > 1: the params are checked as
  * fa3jit_attention_forward checks them on the host (tensor pointers included), and the heuristic needs the
  * CUDA driver for the SM count of q's device.
  * Errors: INVALID_ARGUMENT (NULL arguments, struct_size, and with a split the argument errors of

@@ -95,7 +95,7 @@ TEST_CASE("e4m3 kernels use k32 e4m3 wgmma, K-major V and the producer's transpo
 TEST_CASE("the unit checks Params' layout field by field against the host's", "[generator][params]") {
   const KernelSource src = emit_json(R"({"dtype":"bf16","head_dim":64})");
   const std::vector<FieldLayout> fields = params_layout();
-  REQUIRE(fields.size() == 53);
+  REQUIRE(fields.size() == 54);
   CHECK(src.code.find(fmt::format("static_assert(sizeof(fa3jit::attention_fwd::Params) == {}", sizeof(Params))) !=
         std::string::npos);
   for (const FieldLayout& f : fields) {
@@ -158,7 +158,7 @@ TEST_CASE("the attention family is registered and reached through the generic se
   CHECK(r.launch.num_threads == cfg.num_threads);
   CHECK(r.launch.smem_bytes == cfg.smem_bytes);
   CHECK(r.launch.cluster_x == 1);
-  CHECK(r.summary == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap");
+  CHECK(r.summary == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap persistent");
   try {
     parse_spec_document(R"({"kind":"attention_bwd","dtype":"bf16"})");
     request_for(parse_spec_document(R"({"kind":"attention_bwd","dtype":"bf16"})"));
@@ -191,7 +191,7 @@ TEST_CASE("the host's shared-memory plan is the one the kernel checks", "[genera
     if (cfg.spec.persistent) {
       CHECK(p.o_staging_bytes == cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
       CHECK(p.barrier_offset == p.v_offset + cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
-      CHECK(p.num_barriers == 1 + 4 * cfg.spec.stages + 2);
+      CHECK(p.num_barriers == 1 + 4 * cfg.spec.stages + kPersistentBarriers);  // q_empty, o_empty, the tile slots
     }
     CHECK((p.v_load_stage_bytes != 0) == (cfg.v_stage == kVStageTransposed));
     CHECK(emit_kernel(cfg).code.find(fmt::format("static constexpr int kSmemBytes = {};", p.launch_bytes)) !=

@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":false,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -431,9 +431,9 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
   CHECK(doc.at("intra_wg_overlap") == true);
   CHECK_FALSE(doc.contains("problem"));
   CHECK_FALSE(doc.contains("hadamard"));
-  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap");
+  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
-        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap");
+        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) == "fp16 d256 128x80 wg2 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
@@ -862,7 +862,7 @@ TEST_CASE("persistent: its own kernel, its O staging over V, and the layouts it 
   CHECK(pc.smem.o_offset == pc.smem.v_offset);
   CHECK(gc.smem.o_offset == gc.smem.q_offset);
   CHECK(pc.smem_bytes == gc.smem_bytes);
-  CHECK(pc.smem.num_barriers == gc.smem.num_barriers + 2);
+  CHECK(pc.smem.num_barriers == gc.smem.num_barriers + af::kPersistentBarriers);
   CHECK(af::emit_kernel(pc).code.find("static constexpr bool kPersistent = true;") != std::string::npos);
   CHECK(af::emit_kernel(gc).code.find("static constexpr bool kPersistent = false;") != std::string::npos);
   // e4m3 d_major d64 (192x160): O (24 KB of bf16) is larger than the two V stages (20 KB): a tail after them.
