@@ -469,8 +469,9 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
     check_serving_options(current);
     // Without a split the size depends on the shape class alone (a causal persistent grid's tile counter), so
     // sizing the workspace of such a call needs no tensors and no driver, as before the serving fields.
+    // (to_args reads the caller's struct itself: a newer header's is larger than `current`.)
     *bytes = fa3jit::attention_fwd::workspace_size(
-        to_args(current, current.num_splits == 1 ? Tensors::kOptional : Tensors::kRequired));
+        to_args(*params, current.num_splits == 1 ? Tensors::kOptional : Tensors::kRequired));
   });
 }
 
