@@ -44,14 +44,15 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOKENS = 16384
 HIDDEN = 2048
-BACKENDS = ("fa3jit", "fa3jit_vt", "fa3jit_grid", "fa3jit_persistent", "fa3", "cudnn", "fa2")
+BACKENDS = ("fa3jit", "fa3jit_vt", "fa3jit_pb", "fa3jit_grid", "fa3jit_persistent", "fa3", "cudnn", "fa2")
 # fa3jit_vt (e4m3 only): the kernel with V given transposed (spec field v_layout "d_major", its tile-table tile),
 # on fa3jit.v_to_d_major(v8) made before timing.
 # fa3jit_grid: the tile table's kernel (16-bit: fa3jit's; e4m3: fa3jit_vt's) with spec field persistent false, one
 # CTA per tile: the persistent grid's A/B partner in the same process. fa3jit_persistent: the same kernel with
-# persistent true (causal included), whatever the tile table chooses.
+# persistent true (causal included), whatever the tile table chooses. fa3jit_pb (e4m3 only): per-block descales
+# (fa3jit.quantize_fp8 without rotation, before timing) with the per_block d_major kernel and its own tile.
 NAMES = {"fa3jit": "fa3jit", "fa3jit_vt": "fa3jit d_major", "fa3jit_grid": "fa3jit grid",
-         "fa3jit_persistent": "fa3jit persistent", "fa3": "FA3",
+         "fa3jit_persistent": "fa3jit persistent", "fa3jit_pb": "fa3jit per_block", "fa3": "FA3",
          "cudnn": "cuDNN", "fa2": "FA2"}
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -167,7 +168,7 @@ def quantize_per_head(torch, x, num_heads_kv):
     return x8, descale.contiguous()
 
 
-def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8):
+def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8, backends=BACKENDS):
     """One zero-argument call per backend; fa3jit and FA3 return (batch, seqlen, heads, head_dim), SDPA
     (batch, heads, seqlen, head_dim). fp8: q, k, v are the bf16 inputs; fa3jit and FA3 get their e4m3 quantisation with per_head
     descales, cuDNN the bf16 tensors, FA2 nothing (it has no FP8)."""
@@ -204,6 +205,14 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8):
                                            "causal": causal, "v_layout": "d_major", "persistent": True})
         calls["fa3jit_persistent"] = lambda: fa3jit.flash_attn_func(q8, k8, vt8, causal=causal, q_descale=qd,
                                                                     k_descale=kd, v_descale=vd, kernel=persistent_kernel)
+        if "fa3jit_pb" in backends:  # per-block descales from the pre-pass (no rotation), V written d_major
+            pb_kernel = fa3jit.Kernel({"dtype": "e4m3", "head_dim": q.shape[3], "head_dim_v": v.shape[3],
+                                       "causal": causal, "quant": "per_block", "v_layout": "d_major"})
+            block_m, block_n = fa3jit.fp8_quant_blocks(q.shape[3], causal, pb_kernel)
+            q8b, k8b, v8b, qdb, kdb, vdb = fa3jit.quantize_fp8(q, k, v, hadamard=False, block_m=block_m,
+                                                               block_n=block_n, v_layout="d_major")
+            calls["fa3jit_pb"] = lambda: fa3jit.flash_attn_func(q8b, k8b, v8b, causal=causal, q_descale=qdb,
+                                                                k_descale=kdb, v_descale=vdb, kernel=pb_kernel)
         if fa3_op is not None:
             calls["fa3"] = lambda: fa3_op(q8, k8, v8, is_causal=causal, num_splits=1, q_descale=qd, k_descale=kd,
                                           v_descale=vd)[0]
@@ -234,7 +243,7 @@ def bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args
     # FA3's benchmark: 2 * b * h * sq * sk * (head_dim + head_dim_v), halved for causal (4 * ... * d when equal).
     flops = 2 * batch * heads * seqlen * seqlen * (head_dim + head_dim_v) / (2 if causal else 1)
     fa3_op, fa3_reason = fa3
-    calls = make_calls(torch, fa3jit, fa3_op, q, k, v, causal, args.sdpa_layout, fp8)
+    calls = make_calls(torch, fa3jit, fa3_op, q, k, v, causal, args.sdpa_layout, fp8, args.backends)
     row = {"dtype": dtype_name, "head_dim": head_dim, "head_dim_v": head_dim_v, "causal": causal, "seqlen": seqlen,
            "batch": batch, "heads": heads, "flops": flops}
     outputs = {}
@@ -309,7 +318,8 @@ def markdown_table(rows, backends):
     shown = [b for b in backends if any(b in row for row in rows)]
     pairs = (("fa3jit", "fa3"), ("fa3jit", "cudnn"), ("fa3jit_vt", "fa3"), ("fa3jit_vt", "fa3jit"),
              ("fa3jit", "fa3jit_grid") if dtype_name != "e4m3" else ("fa3jit_vt", "fa3jit_grid"),
-             ("fa3jit_persistent", "fa3jit_grid"), ("fa3jit_persistent", "fa3"))
+             ("fa3jit_persistent", "fa3jit_grid"), ("fa3jit_persistent", "fa3"), ("fa3jit_pb", "fa3"),
+             ("fa3jit_pb", "fa3jit_vt"))
     ratios = [(a, b) for a, b in pairs if a in shown and b in shown]
     header = (["dtype", "head_dim", "causal", "seqlen", "batch", "heads"] +
               [column_label(b, dtype_name) for b in shown] + [f"{NAMES[a]} / {NAMES[b]}" for a, b in ratios])

@@ -385,6 +385,7 @@ Spec parse_spec(const json& doc) {
   variant.local = spec.local;
   variant.softcap = spec.softcap;
   variant.v_d_major = spec.v_layout == VLayout::kDMajor;
+  variant.descale_rows_from_kernel = true;
   const TileDefaults defaults =
       variant_tile(spec.dtype, spec.head_dim, spec.head_dim_v, spec.causal, spec.quant, variant);
   spec.fp32_two_level_accum = read_knob(doc, "fp32_two_level_accum", fp8 && defaults.fp32_two_level_accum);

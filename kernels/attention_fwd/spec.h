@@ -168,6 +168,11 @@ struct Layout {
   bool local = false, softcap = false, sinks = false;
   /// e4m3 with v given transposed (spec field v_layout "d_major").
   bool v_d_major = false;
+  /// A spec written out (parse_spec): its caller reads a per_block kernel's descale rows from the kernel itself
+  /// (fa3jit_attention_quant_blocks with the kernel), so the tile may be the d_major one. The tile table's calls
+  /// (kernel NULL) leave it false: their callers quantise with the answer for (head_dim, causal), the transposing
+  /// kernel's tile whichever the V layout (tile_table.cpp: variant_tile).
+  bool descale_rows_from_kernel = false;
 };
 
 /// Why `spec` cannot run on a persistent grid: the first spec field in the way ("varlen_q", "cluster_m", ...), or

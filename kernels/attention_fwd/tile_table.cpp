@@ -185,7 +185,8 @@ TileDefaults d_major_tile(int row, TileDefaults d) {
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& layout) {
   if (layout.short_q) return decode_tile(dtype, head_dim, head_dim_v);
   TileDefaults d = default_tile(dtype, head_dim, head_dim_v, causal || layout.local);
-  if (dtype == DType::kE4m3 && layout.v_d_major && quant != Quant::kPerBlock && !layout.softcap &&
+  if (dtype == DType::kE4m3 && layout.v_d_major && (quant != Quant::kPerBlock || layout.descale_rows_from_kernel) &&
+      !layout.softcap &&
       head_dim == head_dim_v &&
       head_dim == tuned_row(head_dim))
     d = d_major_tile(head_dim, d);

@@ -39,8 +39,10 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
 /// The tile of the kernel the runtime (or a spec leaving the tile out) picks for (dtype, head dims, causal,
 /// layout): the decode tile for layout.short_q, else the default tile of the mask (a sliding window takes the causal
 /// one); e4m3 with softcap narrows block_n where tanh's extra live values made FA3's widest fp8 tiles spill (ptxas).
-/// e4m3 with layout.v_d_major takes the d_major rows, except with quant per_block: per-block descales are laid out by
-/// the transposing kernel's tile (fa3jit_attention_quant_blocks knows no V layout), so such a call keeps it.
+/// e4m3 with layout.v_d_major takes the d_major rows, except with quant per_block in the tile table's calls: their
+/// per-block descales are laid out by the transposing kernel's tile (fa3jit_attention_quant_blocks for (head_dim,
+/// causal) knows no V layout), so such a call keeps it; a written-out spec (layout.descale_rows_from_kernel, whose
+/// caller asks the kernel for its descale rows) takes the d_major rows.
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& layout);
 
 /// Tile of a call whose M tile holds at most 64 rows (a decode step, with or without pack_gqa): one consumer

@@ -989,6 +989,17 @@ TEST_CASE("v_layout d_major: its own tile rows, FA3's register split, no load st
   CHECK(config(R"({"dtype": "e4m3", "head_dim": 128, "softcap": true, "v_layout": "d_major"})").spec.block_n == 160);
   CHECK(af::name_token(d128.spec) == "e4m3_per_head_d128_vt_full");
   CHECK(af::canonical_json(d128.spec).at("v_layout") == "d_major");
+  // per_block: a written-out spec takes the d_major rows (its caller reads the descale rows from the kernel); the
+  // tile table's call keeps the transposing kernel's tile, whose rows fa3jit_attention_quant_blocks(head_dim) gives.
+  CHECK(config(R"({"dtype": "e4m3", "head_dim": 128, "quant": "per_block", "v_layout": "d_major"})").spec.block_n ==
+        192);
+  CHECK(config(R"({"dtype": "e4m3", "head_dim": 256, "quant": "per_block", "v_layout": "d_major"})").spec.block_n ==
+        128);
+  af::Layout table_call;
+  table_call.v_d_major = true;
+  const af::Spec table = af::default_spec(DType::kE4m3, DType::kBf16, af::Quant::kPerBlock, 128, 128, false, table_call);
+  CHECK(table.block_n == seq.spec.block_n);
+  CHECK(table.v_layout == af::VLayout::kDMajor);
 }
 
 TEST_CASE("two-level accumulation chunks stay a multiple of 8 that divides head_dim_v", "[spec][fp8]") {

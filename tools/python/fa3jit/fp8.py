@@ -287,8 +287,8 @@ def flash_attn_fp8_func(q: Any, k: Any, v: Any, softmax_scale: Optional[float] =
     out: None, or a (batch, seqlen_q, num_heads, head_dim_v) tensor of q's dtype on q's device.
     v_layout: "d_major" (default): the pre-pass writes V transposed and the e4m3 kernel with spec field v_layout
     "d_major" reads it without a V transpose (a call with seqlen_q <= 64 runs the tile table's decode kernel with V
-    as it is instead); "seq_major": the tile table's kernel, which transposes V in shared memory. Both tiles are
-    the transposing kernel's (per-block descales), so both compute the same sums (bench/NOTES.md).
+    as it is instead); "seq_major": the tile table's kernel, which transposes V in shared memory. The d_major kernel
+    has its own tile (d128 128x192, d256 128x128: bench/NOTES.md), and the descales are quantised with its blocks.
 
     Returns out in q's dtype (the e4m3 kernel's out_dtype), or (out, lse) when return_lse: lse float32 (batch,
     num_heads, seqlen_q), natural log of the sum of exp(softmax_scale * q.k) over visible keys (q, k as
@@ -322,7 +322,8 @@ _d_major_kernels: dict = {}  # (head_dim, head_dim_v, causal, out dtype) -> the 
 
 def _d_major_kernel(head_dim: int, head_dim_v: int, causal: bool, out_dtype: Any) -> _capi.Kernel:
     """The e4m3 per_block kernel with v_layout d_major for a class, its tile from the tile table (spec.h: the
-    fields left out; per_block keeps the transposing kernel's tile, tile_table.h), made once per process."""
+    fields left out: the d_major rows, tile_table.h variant_tile), made once per process; flash_attn_fp8_func quantises
+    with this kernel's blocks."""
     key = (head_dim, head_dim_v, causal, out_dtype)
     kernel = _d_major_kernels.get(key)
     if kernel is None:
