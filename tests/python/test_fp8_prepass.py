@@ -596,7 +596,9 @@ def test_quantize_fp8_d_major_v_is_the_transposed_seq_major_v(head_dim, seqlen_k
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_flash_attn_fp8_func_with_either_v_layout(causal, head_dim):
     """The default (V written transposed by the pre-pass, the d_major kernel) and seq_major (the kernel transposes
-    V) both meet the RMSE bound, and give the same output: per-block descales keep one tile for both layouts."""
+    V) both meet the RMSE bound. Where both kernels have one tile (head_dim 64) the outputs are identical; at 128
+    and 256 the d_major kernel has its own tile (the descales are quantised with its blocks), and the two outputs
+    agree within the bound."""
     import torch
     g = torch.Generator(device="cuda").manual_seed(head_dim)
     q = _outlier_data(torch, (2, 1023, 8, head_dim), torch.bfloat16, g)
@@ -609,4 +611,12 @@ def test_flash_attn_fp8_func_with_either_v_layout(causal, head_dim):
         rmse = (out.double() - ref).pow(2).mean().sqrt().item()
         assert rmse < 2e-2, f"{layout}: RMSE {rmse}"
         outs.append(out)
-    assert torch.equal(outs[0], outs[1])
+    d_major_kernel = fa3jit.Kernel({"dtype": "e4m3", "head_dim": head_dim, "causal": causal, "quant": "per_block",
+                                    "v_layout": "d_major"})
+    same_tile = fa3jit.fp8_quant_blocks(head_dim, causal, d_major_kernel) == fa3jit.fp8_quant_blocks(head_dim, causal)
+    assert same_tile == (head_dim == 64)  # the tile table's d_major rows (tile_table.cpp: d_major_tile)
+    if same_tile:
+        assert torch.equal(outs[0], outs[1])
+    else:
+        between = (outs[0].double() - outs[1].double()).pow(2).mean().sqrt().item()
+        assert 0 < between < 2e-2, f"d_major vs seq_major: RMSE {between}"
