@@ -561,7 +561,8 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   float* out_partial = nullptr;
   float* lse_partial = nullptr;
   int* tile_counter = nullptr;
-  if (ws.bytes > 0 && (a.workspace != nullptr || !ws.tile_counter)) {
+  // The tile counter is optional: a workspace of 0 bytes (or none) runs the static order.
+  if (ws.bytes > 0 && ((a.workspace != nullptr && a.workspace_bytes > 0) || !ws.tile_counter)) {
     if (a.workspace == nullptr || a.workspace_bytes < static_cast<size_t>(ws.bytes))
       bad_argument(fmt::format("argument workspace holds {} bytes{}; this call {} needs {} bytes (workspace_size)",
                                a.workspace == nullptr ? 0 : a.workspace_bytes, a.workspace == nullptr ? " (null)" : "",
@@ -588,6 +589,11 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   // each striding over the tiles (device/scheduler.cuh: persistent_tile); fewer tiles than SMs, one CTA each.
   plan.grid = static_cast<unsigned>(
       spec.persistent ? std::min<int64_t>(sched.num_tiles, multiprocessor_count(device.ordinal)) : sched.num_tiles);
+  // A persistent CTA's next index is a count plus the grid (device/kernel.cuh: PersistentTiles): below 2^31 too.
+  if (spec.persistent && sched.num_tiles > 0x7fffffff - static_cast<int64_t>(plan.grid))
+    bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} make {} tiles; a persistent grid of {} "
+                             "CTAs takes at most 2^31 - 1 - {}",
+                             s.batch, s.num_heads, s.max_seqlen_q, sched.num_tiles, plan.grid, plan.grid));
   Params& p = plan.params;
   std::memset(&p, 0, sizeof(p));  // padding and the fields a kernel does not use (tm_o of a self-storing epilogue)
   p.tm_q = make_tensor_map(a.q, q_shape, type, s.elem_bytes, static_cast<int>(sched.pack_rows),

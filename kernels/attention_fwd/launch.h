@@ -214,7 +214,7 @@ struct CallPlanInfo {
   Spec spec;               // the kernel that runs (the tile table's for the call's shape class, or `kernel`'s)
   int num_splits = 1;      // 1 = no split
   bool pack_gqa = false;
-  size_t workspace_bytes = 0;  // what `workspace` must hold: 0 without a split
+  size_t workspace_bytes = 0;  // what `workspace` must hold: workspace_size below
 };
 CallPlanInfo plan_info(const ForwardArgs& args);
 CallPlanInfo plan_info(const Kernel& kernel, const ForwardArgs& args);

@@ -185,6 +185,9 @@ TileDefaults d_major_tile(int row, TileDefaults d) {
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& layout) {
   if (layout.short_q) return decode_tile(dtype, head_dim, head_dim_v);
   TileDefaults d = default_tile(dtype, head_dim, head_dim_v, causal || layout.local);
+  // A sliding window is not causal to the kernel (Cfg::kCausal): on a persistent grid it would take the static
+  // stride, not the causal scheduler, and that was never measured: windows keep one CTA per tile.
+  if (layout.local) d.persistent = false;
   if (dtype == DType::kE4m3 && layout.v_d_major && (quant != Quant::kPerBlock || layout.descale_rows_from_kernel) &&
       !layout.softcap &&
       head_dim == head_dim_v &&

@@ -637,3 +637,50 @@ TEST_CASE("C ABI: fa3jit_quantize_fp8 refuses bad enums, flags and block rows be
   CHECK(fa3jit_quantize_fp8(runtime(), nullptr, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
   CHECK(fa3jit_quantize_fp8(nullptr, &p, nullptr) == FA3JIT_ERROR_INVALID_ARGUMENT);
 }
+
+TEST_CASE("C ABI: a dense causal call counts its tiles in the workspace it is given, or runs a static order",
+          "[fake_driver][capi][persistent]") {
+  fa3jit_forward_params p;
+  fa3jit_forward_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.causal = 1;
+  p.batch = 2, p.seqlen_q = 1023, p.seqlen_k = 1023, p.num_heads = 8, p.num_heads_kv = 2, p.head_dim = 128;
+  p.q = tensor(2, 1023, 8, 128, 2);
+  p.k = tensor(2, 1023, 2, 128, 2);
+  p.v = tensor(2, 1023, 2, 128, 2);
+  p.out = tensor(2, 1023, 8, 128, 2);
+  size_t bytes = 0;
+  REQUIRE(fa3jit_attention_workspace_size(runtime(), &p, &bytes) == FA3JIT_OK);
+  CHECK(bytes == 16);
+  // With the workspace: the kernel's counter is its first bytes (zeroed by the launch on the stream).
+  void* workspace = device_alloc(bytes);
+  p.workspace = workspace;
+  p.workspace_bytes = bytes;
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  CHECK(params_of(last_launch()).tile_counter == workspace);
+  CHECK(std::string(last_launch().kernel_name).find("causal") != std::string::npos);
+  // None, or 0 bytes of one: the static order (no counter), not an error.
+  p.workspace_bytes = 0;
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  CHECK(params_of(last_launch()).tile_counter == nullptr);
+  p.workspace = nullptr;
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  CHECK(params_of(last_launch()).tile_counter == nullptr);
+  // Too small, misaligned, or over an input: refused by name.
+  p.workspace = workspace;
+  p.workspace_bytes = 8;
+  expect_invalid(p, "argument workspace holds 8 bytes; this call (its tile scheduler's counter) needs 16 bytes");
+  p.workspace = static_cast<char*>(device_alloc(64)) + 4;
+  p.workspace_bytes = 32;
+  expect_invalid(p, "not 16-byte aligned");
+  p.workspace = p.q.data;
+  p.workspace_bytes = 16;
+  expect_invalid(p, "overlaps q");
+  // A non-causal call uses no counter, whatever it is given.
+  p.causal = 0;
+  p.workspace = workspace;
+  REQUIRE(fa3jit_attention_workspace_size(runtime(), &p, &bytes) == FA3JIT_OK);
+  CHECK(bytes == 0);
+  REQUIRE(fa3jit_attention_forward(runtime(), nullptr, &p, nullptr) == FA3JIT_OK);
+  CHECK(params_of(last_launch()).tile_counter == nullptr);
+}

@@ -226,7 +226,7 @@ assert workspace.shape == (WORKSPACE_BYTES,) and workspace.dtype is torch.uint8 
 assert (p.workspace, p.workspace_bytes) == (workspace.data_ptr(), WORKSPACE_BYTES)
 assert CALLS[-1][3] == 0x5151 and CALLS[-1][1] is None  # torch's current stream; the tile table's kernel
 
-# num_splits 1: no workspace, no size query; pack_gqa and softmax_scale reach the struct; a given out is used.
+# num_splits 1, not causal: no workspace, no size query; pack_gqa and softmax_scale reach the struct; a given out is used.
 out_given = Tensor((total_q, heads, d), bf)
 result = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, softmax_scale=0.5, num_splits=1,
                                        pack_gqa=True, out=out_given)

@@ -219,7 +219,9 @@ typedef struct fa3jit_forward_params {
   /* Caller-owned device workspace of at least fa3jit_attention_workspace_size() bytes (NULL when that is 0),
    * so that a call allocates nothing and stays valid inside a CUDA graph. A split call needs it; a dense causal
    * call takes its tiles from a counter in it (16 bytes, zeroed by the call on its stream: FA3's dynamic tile
-   * scheduler) and without one runs a static tile order, correct but measured up to 1.6x slower. */
+   * scheduler) and without one (NULL or workspace_bytes 0) runs a static tile order, correct but measured up to
+   * 1.6x slower. A call writes its workspace: give each call in flight at one time (other streams, parallel graph
+   * branches) its own. */
   void* workspace;
   size_t workspace_bytes;
   /* ---- appended for e4m3 inputs; fa3jit_forward_params_init sets the defaults ---- */
@@ -355,8 +357,8 @@ FA3JIT_API fa3jit_status fa3jit_attention_forward(fa3jit_runtime* runtime, const
  * GPU needed, the tensor pointers may be NULL. num_splits 0 or > 1: the params are checked as
  * fa3jit_attention_forward checks them on the host (tensor pointers included), and the heuristic needs the
  * CUDA driver for the SM count of q's device.
- * Errors: INVALID_ARGUMENT (NULL arguments, struct_size, and with a split the argument errors of
- *   fa3jit_attention_forward); UNSUPPORTED; NO_DRIVER; DRIVER (as fa3jit_attention_forward, with a split). */
+ * Errors: INVALID_ARGUMENT (NULL arguments, struct_size, the shape errors of fa3jit_attention_forward, and with a
+ *   split its other argument errors); UNSUPPORTED; NO_DRIVER; DRIVER (as fa3jit_attention_forward, with a split). */
 FA3JIT_API fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3jit_forward_params* params,
                                                          size_t* bytes);
 
@@ -393,8 +395,10 @@ FA3JIT_API fa3jit_status fa3jit_fp8_key_positions(int32_t positions[16]);
 /* The row blocks of PER_BLOCK descales (fa3jit_scale): *block_m query rows per q_descale entry, *block_n key rows
  * per k_descale entry, for the E4M3 kernel that a call runs: `kernel`'s spec when given (head_dim and causal are
  * then ignored), else the tile table's E4M3 kernel for (head_dim, causal) with head_dim_v = head_dim, whichever the
- * V layout (a D_MAJOR call with PER_BLOCK descales keeps the SEQ_MAJOR kernel's tile for this reason; with PER_HEAD
- * it may run another). For head_dim_v != head_dim the tile differs: ask fa3jit_attention_plan (its block_m,
+ * V layout (a D_MAJOR call of the tile table with PER_BLOCK descales keeps the SEQ_MAJOR kernel's tile for this
+ * reason; with PER_HEAD it may run another). A kernel made from a D_MAJOR PER_BLOCK spec that leaves the tile out
+ * has the D_MAJOR tile (d128 and d256 differ): ask with that kernel. For head_dim_v != head_dim the tile differs:
+ * ask fa3jit_attention_plan (its block_m,
  * block_n). A call with causal = 1 and seqlen_q = 1 runs the non-causal kernel (no key is hidden from a single
  * bottom-right aligned row): ask with causal = 0 for it. Needs no GPU and no runtime.
  * Errors: INVALID_ARGUMENT (block_m or block_n NULL, causal not 0 or 1, a stale kernel handle or one of another

@@ -211,7 +211,8 @@ def d_major_keys(seqlen_k: Any) -> Any:
 # The per-call fields of ForwardParams, dtype through softmax_scale, for struct.pack_into at PARAMS_CALL_OFFSET:
 # native ("@") alignment pads exactly as the C compiler does. The hot path of flash_attn_func writes a whole
 # call with one pack_into into a per-thread ForwardParams (several times cheaper than setting ctypes fields);
-# struct_size is set once when that struct is made and the workspace fields stay NULL / 0. Pointers are "P"
+# struct_size is set once when that struct is made, and the workspace fields are packed per call with
+# WORKSPACE_STRUCT (a causal call's tile counter, else NULL / 0). Pointers are "P"
 # (pass 0 for NULL), the enum dtype "i". tests/python/test_abi_layout.py compares the bytes with C's.
 PARAMS_CALL_STRUCT = struct.Struct("@i i 7q" + " P3q" * 4 + " P f")
 PARAMS_CALL_OFFSET = ForwardParams.dtype.offset

@@ -460,7 +460,7 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
     if context is not None:
         context.__enter__()
     try:
-        if num_splits != 1:
+        if num_splits != 1 or causal:  # a split's partials; a dense causal call's tile counter
             status = _capi.library().fa3jit_attention_workspace_size(runtime_handle, address, size_ref)
             if status:
                 raise _capi.error_for(status, "fa3jit_attention_workspace_size")
