@@ -339,8 +339,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_REQUIRE(plan.num_splits == launched.num_splits && (launches == 2) == (plan.num_splits > 1),
                    "the plan says %d splits, the launch ran %d (%d launches)", plan.num_splits, launched.num_splits,
                    launches);
-      FUZZ_REQUIRE(plan.num_splits == 1 ? plan.workspace_bytes == 0 : plan.workspace_bytes <= p.workspace_bytes,
+      // Without a split the plan's workspace is none or a causal persistent grid's tile counter, which the launch
+      // used only from a workspace it was given (else the static order); a split's fits the call's.
+      FUZZ_REQUIRE(plan.num_splits == 1 ? plan.workspace_bytes == 0 || plan.workspace_bytes == 16
+                                        : plan.workspace_bytes <= p.workspace_bytes,
                    "the plan's workspace %zu bytes, the call's %zu", plan.workspace_bytes, p.workspace_bytes);
+      FUZZ_REQUIRE(launched.tile_counter == nullptr ||
+                       (plan.workspace_bytes == 16 && launched.tile_counter == p.workspace && p.workspace_bytes >= 16),
+                   "the launch counted tiles at %p; the plan's workspace %zu bytes, the call's %p (%zu bytes)",
+                   static_cast<void*>(launched.tile_counter), plan.workspace_bytes, p.workspace, p.workspace_bytes);
     }
   }
   return 0;
