@@ -358,8 +358,8 @@ CUtensorMapDataType tensor_map_type(DType dtype) {
 
 // One descale tensor (launch.h: ScaleView): (batch, heads, inner) with inner's stride 1 and free batch/head strides
 // (0 allowed: a broadcast scale), in bounds of its allocation, on the call's device, not overlapping an output.
-void check_descale(const ScaleView& view, const char* name, int64_t batch, int64_t heads, int64_t inner,
-                   const char* shape_text, const CallDevice& device, const ByteRange& out, const ByteRange& lse) {
+ByteRange check_descale(const ScaleView& view, const char* name, int64_t batch, int64_t heads, int64_t inner,
+                        const char* shape_text, const CallDevice& device, const ByteRange& out, const ByteRange& lse) {
   if (view.data == nullptr)
     bad_argument(fmt::format("argument {} is null; an e4m3 call needs it, fp32 of shape {}", name, shape_text));
   if (reinterpret_cast<uintptr_t>(view.data) % 4 != 0)
@@ -375,24 +375,29 @@ void check_descale(const ScaleView& view, const char* name, int64_t batch, int64
     bad_argument(fmt::format("argument {} spans {} elements; expected fewer than 2^31", name, last + 1));
   const ByteRange r = check_allocation(view.data, static_cast<uint64_t>(last + 1) * 4, device, name, nullptr, nullptr);
   if (r.overlaps(out) || r.overlaps(lse)) bad_argument(fmt::format("argument {} overlaps out or lse", name));
+  return r;
 }
 
-void check_descales(const Spec& spec, const ForwardArgs& a, const CallShape& s, const CallDevice& device,
-                    const ByteRange& out, const ByteRange& lse) {
+// The bytes the three descales span (the workspace must not overlap them: launch writes it).
+struct DescaleRanges {
+  ByteRange q, k, v;
+};
+DescaleRanges check_descales(const Spec& spec, const ForwardArgs& a, const CallShape& s, const CallDevice& device,
+                             const ByteRange& out, const ByteRange& lse) {
   if (spec.quant == Quant::kPerHead) {
-    for (auto [view, name] : {std::pair{&a.q_descale, "q_descale"}, std::pair{&a.k_descale, "k_descale"},
-                              std::pair{&a.v_descale, "v_descale"}})
-      check_descale(*view, name, s.batch, s.num_heads_kv, 1, "(batch, num_heads_kv)", device, out, lse);
-  } else {
-    const int64_t m_blocks = (s.seqlen_q + spec.block_m - 1) / spec.block_m;
-    const int64_t n_blocks = (s.seqlen_k + spec.block_n - 1) / spec.block_n;
-    check_descale(a.q_descale, "q_descale", s.batch, s.num_heads, m_blocks, "(batch, num_heads, ceil(seqlen_q / block_m))",
-                  device, out, lse);
-    check_descale(a.k_descale, "k_descale", s.batch, s.num_heads_kv, n_blocks,
-                  "(batch, num_heads_kv, ceil(seqlen_k / block_n))", device, out, lse);
-    check_descale(a.v_descale, "v_descale", s.batch, s.num_heads_kv, s.head_dim_v, "(batch, num_heads_kv, head_dim_v)",
-                  device, out, lse);
+    const auto per_head = [&](const ScaleView& view, const char* name) {
+      return check_descale(view, name, s.batch, s.num_heads_kv, 1, "(batch, num_heads_kv)", device, out, lse);
+    };
+    return {per_head(a.q_descale, "q_descale"), per_head(a.k_descale, "k_descale"), per_head(a.v_descale, "v_descale")};
   }
+  const int64_t m_blocks = (s.seqlen_q + spec.block_m - 1) / spec.block_m;
+  const int64_t n_blocks = (s.seqlen_k + spec.block_n - 1) / spec.block_n;
+  return {check_descale(a.q_descale, "q_descale", s.batch, s.num_heads, m_blocks,
+                        "(batch, num_heads, ceil(seqlen_q / block_m))", device, out, lse),
+          check_descale(a.k_descale, "k_descale", s.batch, s.num_heads_kv, n_blocks,
+                        "(batch, num_heads_kv, ceil(seqlen_k / block_n))", device, out, lse),
+          check_descale(a.v_descale, "v_descale", s.batch, s.num_heads_kv, s.head_dim_v,
+                        "(batch, num_heads_kv, head_dim_v)", device, out, lse)};
 }
 
 // ---- serving heuristics ---------------------------------------------------------------------------------
@@ -544,8 +549,9 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   if (s.paged)
     check_index_tensor(a.page_table, checked_mul_add(s.batch - 1, a.page_table_stride, a.max_pages, "page_table"),
                        "page_table", "(batch, max_pages)", device);
+  ByteRange sinks;
   if (a.sinks != nullptr)
-    check_allocation(a.sinks, static_cast<uint64_t>(s.num_heads) * 4, device, "sinks", nullptr, nullptr);
+    sinks = check_allocation(a.sinks, static_cast<uint64_t>(s.num_heads) * 4, device, "sinks", nullptr, nullptr);
 
   const TileSchedule sched = schedule_tiles(cfg, grid_shape(s, spec.pack_gqa, num_splits));
   if (spec.pack_gqa && sched.pack_rows < 1)
@@ -555,7 +561,8 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
     bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} x num_splits {} make more than 2^31 "
                              "tiles",
                              s.batch, s.num_heads, s.max_seqlen_q, num_splits));
-  if (a.dtype == DType::kE4m3) check_descales(spec, a, s, device, out, lse);
+  DescaleRanges descales;
+  if (a.dtype == DType::kE4m3) descales = check_descales(spec, a, s, device, out, lse);
 
   const WorkspaceLayout ws = workspace_layout(spec, s, num_splits);
   float* out_partial = nullptr;
@@ -575,6 +582,8 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
         check_allocation(a.workspace, static_cast<uint64_t>(ws.bytes), device, "workspace", nullptr, nullptr);
     if (w.overlaps(q) || w.overlaps(k) || w.overlaps(v) || w.overlaps(out) || w.overlaps(lse))
       bad_argument("argument workspace overlaps q, k, v, out or lse");
+    if (w.overlaps(descales.q) || w.overlaps(descales.k) || w.overlaps(descales.v) || w.overlaps(sinks))
+      bad_argument("argument workspace overlaps q_descale, k_descale, v_descale or sinks");
     if (ws.tile_counter) {
       tile_counter = static_cast<int*>(a.workspace);
     } else {

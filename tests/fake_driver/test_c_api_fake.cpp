@@ -676,6 +676,10 @@ TEST_CASE("C ABI: a dense causal call counts its tiles in the workspace it is gi
   p.workspace = p.q.data;
   p.workspace_bytes = 16;
   expect_invalid(p, "overlaps q");
+  p.workspace = device_alloc(64);
+  p.sinks = static_cast<const float*>(p.workspace);  // the counter's zeroing would overwrite them
+  expect_invalid(p, "argument workspace overlaps q_descale, k_descale, v_descale or sinks");
+  p.sinks = nullptr;
   // A non-causal call uses no counter, whatever it is given.
   p.causal = 0;
   p.workspace = workspace;
