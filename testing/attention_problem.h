@@ -92,7 +92,8 @@ class AttentionProblem {
   std::vector<float> q_descale, k_descale, v_descale;  // e4m3: launch.h ScaleView layouts, contiguous
   DeviceBuffer d_q, d_k, d_v, d_out, d_lse, d_q_descale, d_k_descale, d_v_descale, d_workspace;
   bool use_workspace = true;
-  static constexpr size_t kWorkspaceBytes = 16;  // what a dense call can need (workspace_size checks it)
+  // What a dense call can need (run() checks it against workspace_size).
+  static constexpr size_t kWorkspaceBytes = attention_fwd::kTileCounterBytes;
 
  private:
   void quantize_e4m3(uint64_t seed);

@@ -472,7 +472,6 @@ struct WorkspaceLayout {
   int64_t lse_offset, bytes;
   bool tile_counter;
 };
-constexpr int64_t kTileCounterBytes = 16;
 WorkspaceLayout workspace_layout(const Spec& spec, const CallShape& s, int num_splits) {
   if (spec.persistent && spec.causal) return {0, kTileCounterBytes, true};
   if (num_splits <= 1) return {0, 0, false};
@@ -591,7 +590,6 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
       lse_partial = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + ws.lse_offset);
     }
   }
-  plan.clear_tile_counter = tile_counter;
 
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
   // A persistent kernel runs one CTA per SM (its __launch_bounds__(threads, 1) registers and shared memory fit one),
@@ -953,8 +951,9 @@ void launch(LaunchPlan& plan) {
     check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(plan.clear_lse_partial), 0xff800000u,
                                        plan.clear_count, plan.stream),
              "cuMemsetD32Async (clearing the split-KV workspace)");
-  if (plan.clear_tile_counter != nullptr)
-    check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(plan.clear_tile_counter), 0u, 1, plan.stream),
+  // A causal persistent grid's tile counter (Params.tile_counter, in the call's workspace) starts from zero.
+  if (plan.params.tile_counter != nullptr)
+    check_cu(driver().cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(plan.params.tile_counter), 0u, 1, plan.stream),
              "cuMemsetD32Async (clearing the tile scheduler's counter)");
   launch_kernel(plan.function, plan.launch, plan.grid, &plan.params, plan.stream, "launching the attention kernel");
   if (plan.combine) attention_combine::launch(plan.combine_plan, plan.stream);

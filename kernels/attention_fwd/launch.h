@@ -132,6 +132,9 @@ struct ForwardArgs {
 
 /// Most KV splits a call may use (the combine kernel's largest max_splits).
 inline constexpr int kMaxSplits = 256;
+/// Workspace bytes of a causal persistent grid's tile counter (launch.cpp: workspace_layout): an int32, 16 so that a
+/// caller's 16-byte alignment rule holds for it too.
+inline constexpr int64_t kTileCounterBytes = 16;
 
 /// Largest seqlen_q / seqlen_k accepted: the kernel's row and column indices are 32-bit with up to one tile
 /// (256) of headroom.
@@ -188,9 +191,6 @@ struct LaunchPlan {
   // whatever the workspace held.
   float* clear_lse_partial = nullptr;
   size_t clear_count = 0;
-  // causal persistent grid with a workspace: the dynamic scheduler's counter (Params.tile_counter), zeroed on the
-  // stream before each launch.
-  int* clear_tile_counter = nullptr;
 };
 /// The kernel spec a call of `args` runs when no kernel is given: the tile table's choice for its shape class, as
 /// forward(runtime, ...) picks it (the same functions). Reads the shapes, the mask and which pointers are null;

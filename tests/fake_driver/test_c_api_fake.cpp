@@ -78,6 +78,22 @@ fa3jit_forward_params e4m3_params(int32_t quant) {
   return p;
 }
 
+// A dense bf16 call (head_dim 128, contiguous tensors), made with this header's defaults.
+fa3jit_forward_params bf16_params(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads, int64_t heads_kv,
+                                  bool causal) {
+  fa3jit_forward_params p;
+  fa3jit_forward_params_init(&p);
+  p.dtype = FA3JIT_DTYPE_BF16;
+  p.causal = causal ? 1 : 0;
+  p.batch = batch, p.seqlen_q = seqlen_q, p.seqlen_k = seqlen_k, p.num_heads = heads, p.num_heads_kv = heads_kv;
+  p.head_dim = 128;
+  p.q = tensor(batch, seqlen_q, heads, 128, 2);
+  p.k = tensor(batch, seqlen_k, heads_kv, 128, 2);
+  p.v = tensor(batch, seqlen_k, heads_kv, 128, 2);
+  p.out = tensor(batch, seqlen_q, heads, 128, 2);
+  return p;
+}
+
 fa3jit_scale scale(int64_t floats, int64_t stride_batch, int64_t stride_head) {
   return {static_cast<const float*>(device_alloc(static_cast<uint64_t>(floats * 4))), stride_batch, stride_head};
 }
@@ -283,15 +299,7 @@ TEST_CASE("C ABI: callers of the headers before the serving fields launch exactl
           "[fake_driver][capi][serving]") {
   // A decode step with GQA 8:1 (the shape the split and packing heuristics act on), made with this header's
   // defaults (fa3jit_forward_params_init: num_splits 1, pack_gqa 0, no index tensors) ...
-  fa3jit_forward_params p;
-  fa3jit_forward_params_init(&p);
-  p.dtype = FA3JIT_DTYPE_BF16;
-  p.causal = 1;
-  p.batch = 2, p.seqlen_q = 1, p.seqlen_k = 1000, p.num_heads = 8, p.num_heads_kv = 1, p.head_dim = 128;
-  p.q = tensor(2, 1, 8, 128, 2);
-  p.k = tensor(2, 1000, 1, 128, 2);
-  p.v = tensor(2, 1000, 1, 128, 2);
-  p.out = tensor(2, 1, 8, 128, 2);
+  fa3jit_forward_params p = bf16_params(2, 1, 1000, 8, 1, true);
   CHECK(p.num_splits == 1);
   CHECK(p.pack_gqa == 0);
   int before = launch_count();
@@ -640,15 +648,7 @@ TEST_CASE("C ABI: fa3jit_quantize_fp8 refuses bad enums, flags and block rows be
 
 TEST_CASE("C ABI: a dense causal call counts its tiles in the workspace it is given, or runs a static order",
           "[fake_driver][capi][persistent]") {
-  fa3jit_forward_params p;
-  fa3jit_forward_params_init(&p);
-  p.dtype = FA3JIT_DTYPE_BF16;
-  p.causal = 1;
-  p.batch = 2, p.seqlen_q = 1023, p.seqlen_k = 1023, p.num_heads = 8, p.num_heads_kv = 2, p.head_dim = 128;
-  p.q = tensor(2, 1023, 8, 128, 2);
-  p.k = tensor(2, 1023, 2, 128, 2);
-  p.v = tensor(2, 1023, 2, 128, 2);
-  p.out = tensor(2, 1023, 8, 128, 2);
+  fa3jit_forward_params p = bf16_params(2, 1023, 1023, 8, 2, true);
   size_t bytes = 0;
   REQUIRE(fa3jit_attention_workspace_size(runtime(), &p, &bytes) == FA3JIT_OK);
   CHECK(bytes == 16);

@@ -381,7 +381,7 @@ def test_workspace_size_is_zero_without_a_split(runtime, fields):
 def test_workspace_size_of_a_causal_call_is_its_tile_counter(runtime, fields):
     """A dense causal call runs the tile table's persistent grid, whose dynamic tile scheduler counts in 16 bytes of
     workspace (seqlen_q 1 above runs the non-causal kernel: no key is hidden from a single bottom-right row)."""
-    assert runtime.workspace_size(_params(**fields)) == 16
+    assert runtime.workspace_size(_params(**fields)) == 16 == fa3jit.attention._CAUSAL_WORKSPACE_BYTES
 
 
 def test_workspace_size_reads_no_pointer(runtime):

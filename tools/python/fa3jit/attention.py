@@ -62,7 +62,8 @@ _pack_workspace = _capi.WORKSPACE_STRUCT.pack_into
 _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
 # A causal call's workspace: the tile counter of a persistent grid's dynamic scheduler (fa3jit_attention_workspace_size
 # of a dense call that does not split; the library refuses a smaller one by name). Made per call with torch, on the
-# caller's stream: memory no other call can be using, as FA3 makes its tile_count_semaphore.
+# caller's stream: memory no other call can be using, as FA3 makes its tile_count_semaphore. The library's
+# attention_fwd::kTileCounterBytes (tests/python/test_capi.py compares them).
 _CAUSAL_WORKSPACE_BYTES = 16
 _pack_fp8_params = _capi.PARAMS_FP8_CALL_STRUCT.pack_into
 _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
