@@ -44,15 +44,19 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOKENS = 16384
 HIDDEN = 2048
-BACKENDS = ("fa3jit", "fa3jit_vt", "fa3jit_pb", "fa3jit_grid", "fa3jit_persistent", "fa3", "cudnn", "fa2")
+BACKENDS = ("fa3jit", "fa3jit_vt", "fa3jit_pb", "fa3jit_grid", "fa3jit_persistent", "fa3jit_alt", "fa3", "cudnn",
+            "fa2")
 # fa3jit_vt (e4m3 only): the kernel with V given transposed (spec field v_layout "d_major", its tile-table tile),
 # on fa3jit.v_to_d_major(v8) made before timing.
 # fa3jit_grid: the tile table's kernel (16-bit: fa3jit's; e4m3: fa3jit_vt's) with spec field persistent false, one
 # CTA per tile: the persistent grid's A/B partner in the same process. fa3jit_persistent: the same kernel with
 # persistent true (causal included), whatever the tile table chooses. fa3jit_pb (e4m3 only): per-block descales
 # (fa3jit.quantize_fp8 without rotation, before timing) with the per_block d_major kernel and its own tile.
+# fa3jit_alt: the tile table's kernel (16-bit: fa3jit's; e4m3: fa3jit_vt's) with the spec fields of --alt laid over
+# it (a JSON object, e.g. '{"rescale_o_before_pv": true}' or '{"tile": {"block_n": 128}}'): a knob's A/B partner.
 NAMES = {"fa3jit": "fa3jit", "fa3jit_vt": "fa3jit d_major", "fa3jit_grid": "fa3jit grid",
-         "fa3jit_persistent": "fa3jit persistent", "fa3jit_pb": "fa3jit per_block", "fa3": "FA3",
+         "fa3jit_persistent": "fa3jit persistent", "fa3jit_pb": "fa3jit per_block", "fa3jit_alt": "fa3jit alt",
+         "fa3": "FA3",
          "cudnn": "cuDNN", "fa2": "FA2"}
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -82,7 +86,10 @@ def parse_args():
     parser.add_argument("--quick", action="store_true", help="bf16, head_dim 128, seqlen 2048 and 8192")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per backend (median; at least 30)")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS,
+                        default=[b for b in BACKENDS if b != "fa3jit_alt"])
+    parser.add_argument("--alt", type=json.loads, default={},
+                        help="spec fields (JSON object) of the fa3jit_alt backend over the tile table's kernel")
     parser.add_argument("--sdpa-layout", choices=["view", "contiguous"], default="view")
     parser.add_argument("--fa3-site", default=os.environ.get("FA3_SITE") or "/tmp/site",
                         help="directory holding fa3_fwd_interface.py and fa3_fwd/ (the fa3-fwd wheel)")
@@ -168,7 +175,7 @@ def quantize_per_head(torch, x, num_heads_kv):
     return x8, descale.contiguous()
 
 
-def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8, backends=BACKENDS):
+def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8, backends=BACKENDS, alt=None):
     """One zero-argument call per backend; fa3jit and FA3 return (batch, seqlen, heads, head_dim), SDPA
     (batch, heads, seqlen, head_dim). fp8: q, k, v are the bf16 inputs; fa3jit and FA3 get their e4m3 quantisation with per_head
     descales, cuDNN the bf16 tensors, FA2 nothing (it has no FP8)."""
@@ -205,6 +212,11 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8, backend
                                            "causal": causal, "v_layout": "d_major", "persistent": True})
         calls["fa3jit_persistent"] = lambda: fa3jit.flash_attn_func(q8, k8, vt8, causal=causal, q_descale=qd,
                                                                     k_descale=kd, v_descale=vd, kernel=persistent_kernel)
+        if "fa3jit_alt" in backends:
+            alt_kernel = fa3jit.Kernel({"dtype": "e4m3", "head_dim": q.shape[3], "head_dim_v": v.shape[3],
+                                        "causal": causal, "v_layout": "d_major", **(alt or {})})
+            calls["fa3jit_alt"] = lambda: fa3jit.flash_attn_func(q8, k8, vt8, causal=causal, q_descale=qd,
+                                                                 k_descale=kd, v_descale=vd, kernel=alt_kernel)
         if "fa3jit_pb" in backends:  # per-block descales from the pre-pass (no rotation), V written d_major
             pb_kernel = fa3jit.Kernel({"dtype": "e4m3", "head_dim": q.shape[3], "head_dim_v": v.shape[3],
                                        "causal": causal, "quant": "per_block", "v_layout": "d_major"})
@@ -225,6 +237,10 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8, backend
         persistent_kernel = fa3jit.Kernel({"dtype": dtype, "head_dim": q.shape[3], "head_dim_v": v.shape[3],
                                            "causal": causal, "persistent": True})
         calls["fa3jit_persistent"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal, kernel=persistent_kernel)
+        if "fa3jit_alt" in backends:
+            alt_kernel = fa3jit.Kernel({"dtype": dtype, "head_dim": q.shape[3], "head_dim_v": v.shape[3],
+                                        "causal": causal, **(alt or {})})
+            calls["fa3jit_alt"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal, kernel=alt_kernel)
         calls["fa2"] = sdpa_call(SDPBackend.FLASH_ATTENTION)
         if fa3_op is not None:
             calls["fa3"] = lambda: fa3_op(q, k, v, is_causal=causal, num_splits=1)[0]
@@ -243,7 +259,7 @@ def bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args
     # FA3's benchmark: 2 * b * h * sq * sk * (head_dim + head_dim_v), halved for causal (4 * ... * d when equal).
     flops = 2 * batch * heads * seqlen * seqlen * (head_dim + head_dim_v) / (2 if causal else 1)
     fa3_op, fa3_reason = fa3
-    calls = make_calls(torch, fa3jit, fa3_op, q, k, v, causal, args.sdpa_layout, fp8, args.backends)
+    calls = make_calls(torch, fa3jit, fa3_op, q, k, v, causal, args.sdpa_layout, fp8, args.backends, args.alt)
     row = {"dtype": dtype_name, "head_dim": head_dim, "head_dim_v": head_dim_v, "causal": causal, "seqlen": seqlen,
            "batch": batch, "heads": heads, "flops": flops}
     outputs = {}
@@ -268,6 +284,8 @@ def bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args
     if "fa3jit_persistent" in outputs and "fa3jit_grid" in outputs:
         row["max_abs_diff_fa3jit_persistent_vs_grid"] = \
             (outputs["fa3jit_persistent"].float() - outputs["fa3jit_grid"].float()).abs().max().item()
+    if grid_partner in outputs and "fa3jit_alt" in outputs:
+        row["max_abs_diff_fa3jit_alt"] = (outputs["fa3jit_alt"].float() - outputs[grid_partner].float()).abs().max().item()
     if "fa3jit" in outputs and "fa3jit_vt" in outputs:  # the same sums in the same order: identical
         row["max_abs_diff_fa3jit_vt_vs_fa3jit"] = (outputs["fa3jit_vt"].float() - outputs["fa3jit"].float()).abs().max().item()
     if "fa3jit" in outputs:
@@ -319,7 +337,8 @@ def markdown_table(rows, backends):
     pairs = (("fa3jit", "fa3"), ("fa3jit", "cudnn"), ("fa3jit_vt", "fa3"), ("fa3jit_vt", "fa3jit"),
              ("fa3jit", "fa3jit_grid") if dtype_name != "e4m3" else ("fa3jit_vt", "fa3jit_grid"),
              ("fa3jit_persistent", "fa3jit_grid"), ("fa3jit_persistent", "fa3"), ("fa3jit_pb", "fa3"),
-             ("fa3jit_pb", "fa3jit_vt"))
+             ("fa3jit_pb", "fa3jit_vt"), ("fa3jit_alt", "fa3jit" if dtype_name != "e4m3" else "fa3jit_vt"),
+             ("fa3jit_alt", "fa3"))
     ratios = [(a, b) for a, b in pairs if a in shown and b in shown]
     header = (["dtype", "head_dim", "causal", "seqlen", "batch", "heads"] +
               [column_label(b, dtype_name) for b in shown] + [f"{NAMES[a]} / {NAMES[b]}" for a, b in ratios])
@@ -394,6 +413,7 @@ def environment(torch, fa3jit, fa3, args):
         "runs": args.runs,
         "warmup": args.warmup,
         "sdpa_layout": args.sdpa_layout,
+        "alt": args.alt if "fa3jit_alt" in args.backends else None,
         "fp8": "e4m3 q, k, v with per_head fp32 descales (batch, num_heads_kv) = amax / 448, bf16 out; "
                "cuDNN in bf16 on the unquantised inputs",
         "convention": "16k tokens, hidden 2048, FLOPs 4*b*h*s*s*d (halved causal), median, CUDA events, L2 flushed",

@@ -31,6 +31,10 @@
 //   stages              2..4, default from the tile table
 //   pingpong            bool, default from the tile table (needs intra_wg_overlap and 2-3 warpgroups)
 //   intra_wg_overlap    bool, default from the tile table
+//   rescale_o_before_pv bool, default from the tile table; needs intra_wg_overlap and no fp32_two_level_accum: O is
+//                       multiplied by the previous block's softmax factor between issuing S = Q.K^T and O += P.V,
+//                       while the tensor cores run Q.K^T, instead of after P.V has completed (FA3's
+//                       RescaleOBeforeGemm, which it takes for 16-bit head dims above 128)
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -144,6 +148,7 @@ struct Spec {
   int stages = 2;
   bool pingpong = false;
   bool intra_wg_overlap = false;
+  bool rescale_o_before_pv = false;
   int cluster_m = 1;
   bool persistent = false;
   bool varlen_q = false;
@@ -179,6 +184,10 @@ struct Layout {
 /// empty when it can. The one statement of the rule: validate() refuses a persistent spec with a conflict, and the
 /// tile table's persistent default applies only where there is none.
 std::string persistent_conflict(const Spec& spec);
+
+/// Whether `spec`'s schedule can take rescale_o_before_pv (intra_wg_overlap without fp32_two_level_accum); validate()
+/// refuses it elsewhere and the tile table's value applies only where it holds.
+bool rescale_o_fits(const Spec& spec);
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
 /// "tile.block_n"), the value and what is allowed; Error(kUnsupported) for values the language names but

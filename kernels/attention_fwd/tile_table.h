@@ -26,6 +26,7 @@ struct TileDefaults {
   int cluster_m = 1;
   bool fp32_two_level_accum = false;  // e4m3 only
   bool persistent = false;            // where the spec allows it (spec.h: persistent_conflict)
+  bool rescale_o_before_pv = false;   // where intra_wg_overlap runs without fp32_two_level_accum
 };
 
 /// Default tile for (dtype, head_dim, head_dim_v, causal), each dim of the dtype's rule (spec.h: HeadDimRule). The

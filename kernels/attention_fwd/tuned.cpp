@@ -20,8 +20,8 @@ using nlohmann::json;
 
 const std::vector<std::string>& choice_keys() {
   static const std::vector<std::string> keys = {"tile",  "consumer_warpgroups", "stages", "pingpong",
-                                                "intra_wg_overlap", "cluster_m", "fp32_two_level_accum",
-                                                "persistent"};
+                                                "intra_wg_overlap", "rescale_o_before_pv", "cluster_m",
+                                                "fp32_two_level_accum", "persistent"};
   return keys;
 }
 
@@ -44,6 +44,7 @@ TileDefaults tile_of(const Spec& s) {
   t.cluster_m = s.cluster_m;
   t.fp32_two_level_accum = s.fp32_two_level_accum;
   t.persistent = s.persistent;
+  t.rescale_o_before_pv = s.rescale_o_before_pv;
   return t;
 }
 
@@ -97,6 +98,8 @@ Spec apply_choice(const Spec& base, const json& choice) {
   json_fields::require_object(choice, "choice");
   json_fields::reject_unknown_keys(choice, "choice", choice_keys());
   json doc = canonical_json(base);
+  // A record written before rescale_o_before_pv existed leaves it to the table (where its schedule allows it).
+  if (!choice.contains("rescale_o_before_pv")) doc.erase("rescale_o_before_pv");
   for (const auto& [key, value] : choice.items()) doc[key] = value;
   const Spec spec = parse_spec(doc);
   if (spec.quant == Quant::kPerBlock && (spec.block_m != base.block_m || spec.block_n != base.block_n))

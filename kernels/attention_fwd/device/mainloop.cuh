@@ -698,6 +698,9 @@ struct Mainloop {
   /// S_j = Q.K_j^T and O += P_{j-1}.V_{j-1} back to back, waits only for S_j, and runs the softmax of S_j
   /// while the P.V GEMM is still in flight; O is rescaled once that GEMM has completed. With two-level
   /// accumulation the P.V GEMM writes a fresh accumulator, added into O as O = (O + acc) * o_scale.
+  /// kRescaleOBeforePv (FA3's RescaleOBeforeGemm): step j keeps S_j's factor in o_pending instead, and step j + 1
+  /// multiplies O by it after issuing S_{j+1} = Q.K_{j+1}^T, while the tensor cores run that GEMM, just before
+  /// O += P_j.V_j is issued: the rescale leaves the path from P.V's completion to the next turn.
   static __device__ __forceinline__ void consume_overlapped(const Smem& sm, const TileWork& w,
                                                             const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
                                                             Softmax& softmax, const int (&query)[2], uint32_t q_rows,
@@ -706,6 +709,7 @@ struct Mainloop {
     const int lane = threadIdx.x % 32;
     uint32_t p[kPRegs];
     float acc[kAccRegs];
+    float o_pending[2] = {1.f, 1.f};  // kRescaleOBeforePv: O's factor not applied yet (none after the first block)
     {  // first block: S, softmax, P (O is still zero, nothing to rescale)
       float s[ScoreFrag::kRegs];
       mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
@@ -727,18 +731,22 @@ struct Mainloop {
     int n_block = w.range.n_block_max - 2;
     if constexpr (!Variant::kLocal) {
       for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
-        overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+        overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
+                                o_pending);
       for (; n_block >= w.range.n_block_min; --n_block)
-        overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+        overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
+                                 o_pending);
     } else {
       // A sliding window's blocks left of the last query's window run in a second round of the masked loop, as in
       // consume_sequential.
       int masked_min = max(w.first_masked, w.range.n_block_min);
       for (;;) {
         for (; n_block >= masked_min; --n_block)
-          overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+          overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
+                                o_pending);
         for (; n_block >= max(w.unmasked_min, w.range.n_block_min); --n_block)
-          overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc);
+          overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
+                                 o_pending);
         if (n_block < w.range.n_block_min) break;
         masked_min = w.range.n_block_min;
       }
@@ -746,6 +754,10 @@ struct Mainloop {
     // last P.V
     mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
     gemm_turn_begin(wg);
+    if constexpr (Cfg::kRescaleOBeforePv) {
+      rescale_o(o, o_pending);
+      fence_operands(o);
+    }
     wgmma_fence();
     if constexpr (Cfg::kTwoLevelAccum) {
       issue_pv<true>(acc, p, sm.v(v_pipe.stage));
@@ -773,7 +785,7 @@ struct Mainloop {
                                                          Softmax& softmax, const int (&query)[2], uint32_t q_rows, int wg,
                                                          int n_block, PipelineState<Cfg::kStages>& pipe,
                                                          PipelineState<Cfg::kStages>& v_pipe, uint32_t (&p)[kPRegs],
-                                                         float (&acc)[kAccRegs]) {
+                                                         float (&acc)[kAccRegs], float (&o_pending)[2]) {
     const int lane = threadIdx.x % 32;
     float s[ScoreFrag::kRegs];
     mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
@@ -781,6 +793,14 @@ struct Mainloop {
     gemm_turn_begin(wg);
     wgmma_fence();
     issue_qk(s, q_rows, sm.k(pipe.stage));
+    if constexpr (Cfg::kRescaleOBeforePv) {
+      // O is idle (the last P.V completed in the previous step). The operand fences pin the multiplies after the
+      // Q.K^T issue and before wgmma.fence, which orders them before the P.V that reads O (PTX ISA, wgmma.fence).
+      fence_operands(o);
+      rescale_o(o, o_pending);
+      fence_operands(o);
+      wgmma_fence();
+    }
     if constexpr (Cfg::kTwoLevelAccum) {
       issue_pv<true>(acc, p, sm.v(v_pipe.stage));
     } else {
@@ -799,6 +819,10 @@ struct Mainloop {
     if constexpr (Cfg::kTwoLevelAccum) {
       fence_operands(acc);
       add_chunk(o, acc, 0, o_scale);
+    } else if constexpr (Cfg::kRescaleOBeforePv) {
+      fence_operands(o);
+      o_pending[0] = o_scale[0];
+      o_pending[1] = o_scale[1];
     } else {
       fence_operands(o);
       rescale_o(o, o_scale);

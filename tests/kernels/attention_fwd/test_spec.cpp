@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -374,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -845,6 +845,34 @@ TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the de
   CHECK_THROWS_AS(af::make_kernel_config(bad), fa3jit::Error);
   // The round trip keeps the knob.
   CHECK(af::parse_spec(af::canonical_json(two)) == two);
+}
+
+TEST_CASE("rescale_o_before_pv: its own kernel, and the schedules it refuses", "[spec]") {
+  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 256, "rescale_o_before_pv": false})");
+  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 256, "rescale_o_before_pv": true})");
+  CHECK(on.rescale_o_before_pv);
+  CHECK_FALSE(off.rescale_o_before_pv);
+  CHECK(af::canonical_string(on) != af::canonical_string(off));
+  CHECK(af::parse_spec(af::canonical_json(on)) == on);
+  CHECK_THAT(af::spec_summary(on), Contains("rescale-early"));
+  CHECK(af::emit_kernel(af::make_kernel_config(on)).code.find("static constexpr bool kRescaleOBeforePv = true;") !=
+        std::string::npos);
+  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find("static constexpr bool kRescaleOBeforePv = false;") !=
+        std::string::npos);
+  // It moves a step of the intra_wg_overlap schedule: without that schedule, or with two-level accumulation (which
+  // rescales O as it adds the fresh accumulator), it is refused by name.
+  CHECK_THROWS_WITH(
+      parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false, "rescale_o_before_pv": true})"),
+      Contains("\"rescale_o_before_pv\": true is not allowed with intra_wg_overlap false"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "fp32_two_level_accum": true, "rescale_o_before_pv": true})"),
+                    Contains("fp32_two_level_accum true"));
+  // The table's value never lands where the schedule cannot take it.
+  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false, "pingpong": false})")
+                  .rescale_o_before_pv);
+  af::Spec built = af::default_spec(DType::kBf16, 256, 256, false);
+  built.intra_wg_overlap = built.pingpong = false;
+  built.rescale_o_before_pv = true;
+  CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("rescale_o_before_pv"));
 }
 
 TEST_CASE("persistent: its own kernel, its O staging over V, and the layouts it refuses", "[spec]") {
