@@ -48,6 +48,15 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw32(uint32_t smem_addr, uint
          (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (3ull << 62);
 }
 
+/// `desc` with its start address moved by `bytes` (a multiple of 16). The start address is the low 14 bits of
+/// (address >> 4) and shared-memory addresses stay below 2^18, so a move inside the shared memory never carries out
+/// of that field: one 32-bit add of the low word instead of a new descriptor (CUTLASS's descriptor iterator does the
+/// same). PTX ISA §9.7.15.5.1, matrix descriptor format.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 /// Packs two floats into a 16-bit pair (first argument in the low half), bf16 or fp16 by kIsBf16.
 template <bool kIsBf16>
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {

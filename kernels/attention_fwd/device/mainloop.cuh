@@ -482,13 +482,14 @@ struct Mainloop {
 
   /// S = Q.K^T for this warpgroup's 64 rows and one K stage (issued, committed, not waited).
   static __device__ __forceinline__ void issue_qk(float (&s)[ScoreFrag::kRegs], uint32_t q_rows, uint32_t k_tile) {
-    // A k-step reads 32 bytes of every row; four of them cover a 128-byte column block.
+    // A k-step reads 32 bytes of every row; four of them cover a 128-byte column block. Each step's descriptors are
+    // the tile's moved by a constant (one add each).
+    const uint64_t q0 = make_smem_desc_sw128(q_rows, 16, 1024), k0 = make_smem_desc_sw128(k_tile, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kQkSteps; ++kk) {
       const uint32_t col = (kk / 4), off = (kk % 4) * 32;
-      const uint64_t desc_q = make_smem_desc_sw128(q_rows + col * Cfg::kBlockM * kRowBytes + off, 16, 1024);
-      const uint64_t desc_k = make_smem_desc_sw128(k_tile + col * Cfg::kBlockN * kRowBytes + off, 16, 1024);
-      wgmma_qk(s, desc_q, desc_k, kk > 0 ? 1 : 0);
+      wgmma_qk(s, desc_advance(q0, col * Cfg::kBlockM * kRowBytes + off),
+               desc_advance(k0, col * Cfg::kBlockN * kRowBytes + off), kk > 0 ? 1 : 0);
     }
     wgmma_commit();
   }
@@ -498,23 +499,30 @@ struct Mainloop {
   template <bool kFresh, int kN>
   static __device__ __forceinline__ void issue_pv(float (&acc)[kN], const uint32_t (&p)[kPRegs], uint32_t v_tile,
                                                   int chunk = 0) {
+    // The stage's descriptor, moved by a constant per k-step (one add each).
+    uint64_t v0;
+    if constexpr (Smem::kVDMajor) {
+      v0 = make_smem_desc_sw32(v_tile, 16, 8 * kDMajorBoxKeys);
+    } else if constexpr (kFp8) {
+      v0 = make_smem_desc_sw128(v_tile, 16, 1024);
+    } else {
+      v0 = make_smem_desc_sw128(v_tile, Cfg::kBlockN * kRowBytes, 1024);
+    }
 #pragma unroll
     for (int g = 0; g < kPvSteps; ++g) {
-      uint64_t desc_v;
+      uint32_t offset;
       if constexpr (Smem::kVDMajor) {
         // V stage: one 32-byte swizzled box of kVRows rows x 32 keys per k-step; this chunk's rows start
         // chunk * kPvChunkN in (a multiple of 8 rows: on a 256-byte atom).
-        desc_v = make_smem_desc_sw32(v_tile + g * kVRows * kDMajorBoxKeys + chunk * Cfg::kPvChunkN * kDMajorBoxKeys, 16,
-                                     8 * kDMajorBoxKeys);
+        offset = g * kVRows * kDMajorBoxKeys + chunk * Cfg::kPvChunkN * kDMajorBoxKeys;
       } else if constexpr (kFp8) {
         // V stage: head_dim_v rows of 128 keys per column block; rows of this chunk start chunk * kPvChunkN in.
-        desc_v = make_smem_desc_sw128(v_tile + (g / 4) * kVRows * kRowBytes + (g % 4) * 32 +
-                                          chunk * Cfg::kPvChunkN * kRowBytes,
-                                      16, 1024);
+        offset = (g / 4) * kVRows * kRowBytes + (g % 4) * 32 + chunk * Cfg::kPvChunkN * kRowBytes;
       } else {
-        desc_v = make_smem_desc_sw128(v_tile + g * 16 * kRowBytes, Cfg::kBlockN * kRowBytes, 1024);
+        offset = g * 16 * kRowBytes;
       }
-      wgmma_pv(acc, p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3], desc_v, kFresh && g == 0 ? 0 : 1);
+      wgmma_pv(acc, p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3], desc_advance(v0, offset),
+               kFresh && g == 0 ? 0 : 1);
     }
     wgmma_commit();
   }
