@@ -434,6 +434,12 @@ Layout base_layout(const ForwardArgs& a, const CallShape& s) {
   // batch it came in (num_splits 1): the decode tile is for dense q (flash_attn_with_kvcache's decode steps).
   l.short_q = !s.varlen_q && a.quant != Quant::kPerBlock &&
               (l.pack_gqa ? s.max_seqlen_q * s.group : s.max_seqlen_q) <= 64;
+  // Dense only, for the same reasons: a packed batch's sequences keep one tile whatever the batch, and a paged cache's
+  // capacity says nothing about the keys a call sees.
+  l.short_causal = s.causal && !s.local && !l.short_q && !s.varlen_q && !s.varlen_k && !s.paged &&
+                   a.quant != Quant::kPerBlock && !l.pack_gqa &&
+                   s.seqlen_k <= short_causal_max_seqlen_k(a.dtype, static_cast<int>(s.head_dim),
+                                                           static_cast<int>(s.head_dim_v));
   return l;
 }
 
@@ -702,7 +708,7 @@ auto tile_tie(const TileDefaults& t) {
 struct ShapeClass {
   int dtype, out_dtype, quant, head_dim, head_dim_v, causal;
   int layout;  // bits: varlen_q, varlen_k, paged_kv, pack_gqa, split_kv, short_q, local, softcap, sinks, paged_gather,
-               // v_d_major (layout_bits)
+               // v_d_major, short_causal (layout_bits)
   TileDefaults tile;  // the built-in tile of the class, or the tuning database's (tuned.h)
   bool operator<(const ShapeClass& o) const {
     return std::tuple_cat(std::tie(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout), tile_tie(tile)) <
@@ -717,7 +723,7 @@ struct ShapeClass {
 int layout_bits(const Layout& l) {
   return (l.varlen_q ? 1 : 0) | (l.varlen_k ? 2 : 0) | (l.paged_kv ? 4 : 0) | (l.pack_gqa ? 8 : 0) |
          (l.split_kv ? 16 : 0) | (l.short_q ? 32 : 0) | (l.local ? 64 : 0) | (l.softcap ? 128 : 0) |
-         (l.sinks ? 256 : 0) | (l.paged_gather ? 512 : 0) | (l.v_d_major ? 1024 : 0);
+         (l.sinks ? 256 : 0) | (l.paged_gather ? 512 : 0) | (l.v_d_major ? 1024 : 0) | (l.short_causal ? 2048 : 0);
 }
 Layout layout_of(int bits) {
   Layout l;
@@ -732,6 +738,7 @@ Layout layout_of(int bits) {
   l.sinks = bits & 256;
   l.paged_gather = bits & 512;
   l.v_d_major = bits & 1024;
+  l.short_causal = bits & 2048;
   return l;
 }
 

@@ -170,6 +170,9 @@ struct Layout {
   bool paged_gather = false;
   /// The call's M tile holds at most 64 rows (a decode step): the tile table's decode tile (tile_table.h).
   bool short_q = false;
+  /// A causal call with dense q and K/V whose keys fit the short-causal tile's bound (tile_table.h:
+  /// short_causal_tile): the tile table's narrower key block for it.
+  bool short_causal = false;
   bool local = false, softcap = false, sinks = false;
   /// e4m3 with v given transposed (spec field v_layout "d_major").
   bool v_d_major = false;

@@ -145,6 +145,11 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 
+int short_causal_max_seqlen_k(DType dtype, int head_dim, int head_dim_v) {
+  if (dtype == DType::kE4m3 || head_dim != head_dim_v || head_dim != tuned_row(head_dim)) return 0;
+  return head_dim == 128 ? 2048 : head_dim == 64 ? 1024 : 0;
+}
+
 TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
   // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}: bytes of one K+V stage x stages
   // ~ 128 KB (d64: 32 KB x 4, d128: 64 KB x 2, d256: 64 KB x 2; e4m3 halves a stage).
@@ -185,6 +190,11 @@ TileDefaults d_major_tile(int row, TileDefaults d) {
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& layout) {
   if (layout.short_q) return decode_tile(dtype, head_dim, head_dim_v);
   TileDefaults d = default_tile(dtype, head_dim, head_dim_v, causal || layout.local);
+  if (layout.short_causal && causal && !layout.local && short_causal_max_seqlen_k(dtype, head_dim, head_dim_v) > 0) {
+    d.block_m = 128;
+    d.consumer_warpgroups = 2;
+    d.block_n = 128;
+  }
   // A sliding window is not causal to the kernel (Cfg::kCausal): on a persistent grid it would take the static
   // stride, not the causal scheduler, and that was never measured: windows keep one CTA per tile.
   if (layout.local) d.persistent = false;

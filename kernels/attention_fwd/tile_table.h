@@ -46,6 +46,15 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
 /// caller asks the kernel for its descale rows) takes the d_major rows.
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& layout);
 
+/// Short causal calls: a dense causal call (no cu_seqlens, page table, pack_gqa or per_block descales) with seqlen_k
+/// <= short_causal_max_seqlen_k takes the short-causal tile (layout.short_causal; variant_tile): 128 x 128 with two
+/// consumer warpgroups, the rest of the causal row's fields. There the diagonal key block of every row block is a
+/// large share of its work, and a narrower block computes fewer scores the mask discards: measured on the H200
+/// (bench/NOTES.md, one process), bf16 d128 128x128 against 128x176 +12 % at 512 keys, +7 % at 1k, +4 % at 2k, -2 %
+/// at 8k; d64 128x128 against 192x128 +10 % at 512 and 1k, -6 % at 2k. 0 (none) for the rows not measured (e4m3,
+/// d96, d192, d256, pairs of different dims).
+int short_causal_max_seqlen_k(DType dtype, int head_dim, int head_dim_v);
+
 /// Tile of a call whose M tile holds at most 64 rows (a decode step, with or without pack_gqa): one consumer
 /// warpgroup of 64 rows, the key block and stages sized so about 128 KB of K/V are in flight per CTA, since
 /// such a call is bound by memory bandwidth, not by the tensor cores.

@@ -333,3 +333,50 @@ TEST_CASE("every kernel a manifest lists is a valid spec, for each dtype, head d
         }
       }
 }
+
+TEST_CASE("short causal calls take the short-causal tile; longer, packed, paged and e4m3 calls the row's", "[manifest][spec]") {
+  const auto dense = [](int64_t head_dim, int64_t seqlen_q, int64_t seqlen_k, bool causal) {
+    ForwardArgs a;
+    a.dtype = DType::kBf16;
+    a.batch = 2;
+    a.seqlen_q = seqlen_q;
+    a.seqlen_k = seqlen_k;
+    a.num_heads = a.num_heads_kv = 16;
+    a.head_dim = head_dim;
+    a.causal = causal;
+    return a;
+  };
+  const Spec row128 = default_spec(DType::kBf16, 128, 128, true), row64 = default_spec(DType::kBf16, 64, 64, true);
+  REQUIRE(short_causal_max_seqlen_k(DType::kBf16, 128, 128) == 2048);
+  REQUIRE(short_causal_max_seqlen_k(DType::kBf16, 64, 64) == 1024);
+  for (int64_t keys : {113, 1024, 2048}) {
+    const Spec s = call_spec(dense(128, keys, keys, true), 1);
+    INFO(keys << ": " << spec_summary(s));
+    CHECK(s.block_m == 128);
+    CHECK(s.block_n == 128);
+    CHECK(s.pingpong == row128.pingpong);
+    CHECK(s.persistent == row128.persistent);
+  }
+  // The bound is on the keys: a 2049-key call, or 100 queries over 4096 keys, takes the row's tile.
+  CHECK(call_spec(dense(128, 2049, 2049, true), 1).block_n == row128.block_n);
+  CHECK(call_spec(dense(128, 100, 4096, true), 1).block_n == row128.block_n);
+  CHECK(row128.block_n != 128);
+  // d64: 128 x 128 with two warpgroups up to 1024 keys, the row's 192-row tile beyond.
+  const Spec d64 = call_spec(dense(64, 1024, 1024, true), 1);
+  CHECK(d64.block_m == 128);
+  CHECK(d64.consumer_warpgroups == 2);
+  CHECK(d64.block_n == 128);
+  CHECK(call_spec(dense(64, 1025, 1025, true), 1).block_m == row64.block_m);
+  // Not causal, or not dense, or a row without a measured short tile: the row's tile.
+  CHECK(call_spec(dense(128, 1024, 1024, false), 1).block_n == default_spec(DType::kBf16, 128, 128, false).block_n);
+  ForwardArgs packed = dense(128, 2048, 2048, true);
+  packed.cu_seqlens_q = packed.cu_seqlens_k = kIndex;
+  packed.batch = 2;
+  packed.max_seqlen_q = packed.max_seqlen_k = 1024;
+  CHECK(call_spec(packed, 1).block_n == row128.block_n);
+  CHECK(call_spec(dense(256, 1024, 1024, true), 1).block_n == default_spec(DType::kBf16, 256, 256, true).block_n);
+  ForwardArgs fp8 = dense(128, 1024, 1024, true);
+  fp8.dtype = DType::kE4m3;
+  fp8.quant = Quant::kPerHead;
+  CHECK(call_spec(fp8, 1).block_n == default_spec(DType::kE4m3, 128, 128, true).block_n);
+}
