@@ -52,10 +52,12 @@ __device__ __forceinline__ uint64_t make_smem_desc_sw32(uint32_t smem_addr, uint
 /// (address >> 4) and shared-memory addresses stay below 2^18, so a move inside the shared memory never carries out
 /// of that field: one 32-bit add of the low word instead of a new descriptor (CUTLASS's descriptor iterator does the
 /// same). PTX ISA §9.7.15.5.1, matrix descriptor format.
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
-  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+/// desc_advance_16 takes the move in 16-byte units (a run-time stage index times a stage's units: one multiply-add).
+__device__ __forceinline__ uint64_t desc_advance_16(uint64_t desc, uint32_t units) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + units;
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc_advance_16(desc, bytes >> 4); }
 
 /// Packs two floats into a 16-bit pair (first argument in the low half), bf16 or fp16 by kIsBf16.
 template <bool kIsBf16>

@@ -480,11 +480,13 @@ struct Mainloop {
     mbarrier_arrive(sm.v_load_empty(pipe.stage));
   }
 
-  /// S = Q.K^T for this warpgroup's 64 rows and one K stage (issued, committed, not waited).
-  static __device__ __forceinline__ void issue_qk(float (&s)[ScoreFrag::kRegs], uint32_t q_rows, uint32_t k_tile) {
-    // A k-step reads 32 bytes of every row; four of them cover a 128-byte column block. Each step's descriptors are
-    // the tile's moved by a constant (one add each).
-    const uint64_t q0 = make_smem_desc_sw128(q_rows, 16, 1024), k0 = make_smem_desc_sw128(k_tile, 16, 1024);
+  /// S = Q.K^T for this warpgroup's 64 rows and K stage `stage` (issued, committed, not waited).
+  static __device__ __forceinline__ void issue_qk(float (&s)[ScoreFrag::kRegs], uint32_t q_rows, const Smem& sm,
+                                                  int stage) {
+    // A k-step reads 32 bytes of every row; four of them cover a 128-byte column block. The descriptors are stage 0's
+    // (loop-invariant) moved to the stage (one multiply-add) and by a constant per k-step (one add each).
+    const uint64_t q0 = make_smem_desc_sw128(q_rows, 16, 1024);
+    const uint64_t k0 = desc_advance_16(make_smem_desc_sw128(sm.k(0), 16, 1024), stage * (Smem::kKStageBytes / 16));
 #pragma unroll
     for (int kk = 0; kk < kQkSteps; ++kk) {
       const uint32_t col = (kk / 4), off = (kk % 4) * 32;
@@ -494,12 +496,13 @@ struct Mainloop {
     wgmma_commit();
   }
 
-  /// acc (+)= P.V for columns [chunk * kPvChunkN, +kPvChunkN) of one V stage (issued, committed, not waited).
+  /// acc (+)= P.V for columns [chunk * kPvChunkN, +kPvChunkN) of V stage `stage` (issued, committed, not waited).
   /// kFresh: the first k-step overwrites acc (two-level accumulation's fresh accumulator).
   template <bool kFresh, int kN>
-  static __device__ __forceinline__ void issue_pv(float (&acc)[kN], const uint32_t (&p)[kPRegs], uint32_t v_tile,
-                                                  int chunk = 0) {
-    // The stage's descriptor, moved by a constant per k-step (one add each).
+  static __device__ __forceinline__ void issue_pv(float (&acc)[kN], const uint32_t (&p)[kPRegs], const Smem& sm,
+                                                  int stage, int chunk = 0) {
+    // Stage 0's descriptor (loop-invariant) moved to the stage (one multiply-add) and by a constant per k-step.
+    const uint32_t v_tile = sm.v(0);
     uint64_t v0;
     if constexpr (Smem::kVDMajor) {
       v0 = make_smem_desc_sw32(v_tile, 16, 8 * kDMajorBoxKeys);
@@ -508,6 +511,7 @@ struct Mainloop {
     } else {
       v0 = make_smem_desc_sw128(v_tile, Cfg::kBlockN * kRowBytes, 1024);
     }
+    v0 = desc_advance_16(v0, stage * (Smem::kVStageBytes / 16));
 #pragma unroll
     for (int g = 0; g < kPvSteps; ++g) {
       uint32_t offset;
@@ -627,21 +631,22 @@ struct Mainloop {
 
   /// O += P.V of one V stage, waited: straight into O, or with two-level accumulation chunk by chunk through the
   /// fresh accumulator (o_scale already applied to O).
-  static __device__ __forceinline__ void pv_waited(float (&o)[OutFrag::kRegs], uint32_t (&p)[kPRegs], uint32_t v_tile) {
+  static __device__ __forceinline__ void pv_waited(float (&o)[OutFrag::kRegs], uint32_t (&p)[kPRegs], const Smem& sm,
+                                                   int stage) {
     if constexpr (Cfg::kTwoLevelAccum) {
       const float one[2] = {1.f, 1.f};
 #pragma unroll
       for (int chunk = 0; chunk < kPvChunks; ++chunk) {
         float acc[kAccRegs];
         wgmma_fence();
-        issue_pv<true>(acc, p, v_tile, chunk);
+        issue_pv<true>(acc, p, sm, stage, chunk);
         wgmma_wait<0>();
         fence_operands(acc);
         add_chunk(o, acc, chunk, one);
       }
     } else {
       wgmma_fence();
-      issue_pv<false>(o, p, v_tile);
+      issue_pv<false>(o, p, sm, stage);
       wgmma_wait<0>();
       fence_operands(o);
     }
@@ -684,7 +689,7 @@ struct Mainloop {
     float s[ScoreFrag::kRegs];
     mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
     wgmma_fence();
-    issue_qk(s, q_rows, sm.k(pipe.stage));
+    issue_qk(s, q_rows, sm, pipe.stage);
     wgmma_wait<0>();
     fence_operands(s);
     if (lane == 0) release(sm.k_empty(pipe.stage));
@@ -697,7 +702,7 @@ struct Mainloop {
     convert_p(s, p);
 
     mbarrier_wait(sm.v_full(pipe.stage), pipe.phase);
-    pv_waited(o, p, sm.v(pipe.stage));
+    pv_waited(o, p, sm, pipe.stage);
     if (lane == 0) release(sm.v_empty(pipe.stage));
     pipe.advance();
   }
@@ -723,7 +728,7 @@ struct Mainloop {
       mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
       gemm_turn_begin(wg);
       wgmma_fence();
-      issue_qk(s, q_rows, sm.k(pipe.stage));
+      issue_qk(s, q_rows, sm, pipe.stage);
       gemm_turn_end(wg);
       wgmma_wait<0>();
       fence_operands(s);
@@ -768,9 +773,9 @@ struct Mainloop {
     }
     wgmma_fence();
     if constexpr (Cfg::kTwoLevelAccum) {
-      issue_pv<true>(acc, p, sm.v(v_pipe.stage));
+      issue_pv<true>(acc, p, sm, v_pipe.stage);
     } else {
-      issue_pv<false>(o, p, sm.v(v_pipe.stage));
+      issue_pv<false>(o, p, sm, v_pipe.stage);
     }
     gemm_turn_end(wg);
     wgmma_wait<0>();
@@ -800,7 +805,7 @@ struct Mainloop {
     mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
     gemm_turn_begin(wg);
     wgmma_fence();
-    issue_qk(s, q_rows, sm.k(pipe.stage));
+    issue_qk(s, q_rows, sm, pipe.stage);
     if constexpr (Cfg::kRescaleOBeforePv) {
       // O is idle (the last P.V completed in the previous step). The operand fences pin the multiplies after the
       // Q.K^T issue and before wgmma.fence, which orders them before the P.V that reads O (PTX ISA, wgmma.fence).
@@ -810,9 +815,9 @@ struct Mainloop {
       wgmma_fence();
     }
     if constexpr (Cfg::kTwoLevelAccum) {
-      issue_pv<true>(acc, p, sm.v(v_pipe.stage));
+      issue_pv<true>(acc, p, sm, v_pipe.stage);
     } else {
-      issue_pv<false>(o, p, sm.v(v_pipe.stage));
+      issue_pv<false>(o, p, sm, v_pipe.stage);
     }
     gemm_turn_end(wg);
     wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run

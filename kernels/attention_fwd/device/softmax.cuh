@@ -64,11 +64,14 @@ struct OnlineSoftmax {
     constexpr int kChains = Frag::kRegsPerRowHalf % 4 == 0 ? 4 : 2;
 #pragma unroll
     for (int h = 0; h < Frag::kRowHalves; ++h) {
+      // Each chain starts at its first value, not at -inf or 0 (one max and one add fewer per chain).
+      static_assert(Frag::kRegsPerRowHalf >= kChains, "every chain has a first value");
       float part[kChains];
 #pragma unroll
-      for (int k = 0; k < kChains; ++k) part[k] = neg_inf();
+      for (int k = 0; k < kChains; ++k) part[k] = s[Frag::reg(h, k)];
 #pragma unroll
-      for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) part[j % kChains] = fmaxf(part[j % kChains], s[Frag::reg(h, j)]);
+      for (int j = kChains; j < Frag::kRegsPerRowHalf; ++j)
+        part[j % kChains] = fmaxf(part[j % kChains], s[Frag::reg(h, j)]);
       float m = part[0];
 #pragma unroll
       for (int k = 1; k < kChains; ++k) m = fmaxf(m, part[k]);
@@ -78,12 +81,10 @@ struct OnlineSoftmax {
       row_max[h] = m;
       const float subtrahend = empty ? 0.f : m - static_cast<float>(kMaxOffset);
 #pragma unroll
-      for (int k = 0; k < kChains; ++k) part[k] = 0.f;
-#pragma unroll
       for (int j = 0; j < Frag::kRegsPerRowHalf; ++j) {
         const int i = Frag::reg(h, j);
         s[i] = exp2_approx(fmaf(s[i], c, -subtrahend));
-        part[j % kChains] += s[i];
+        part[j % kChains] = j < kChains ? s[i] : part[j % kChains] + s[i];
       }
       float sum = part[0];
 #pragma unroll
