@@ -126,7 +126,7 @@ std::vector<Spec> tuned_specs(Runtime& runtime, const Spec& spec) {
 
 std::optional<TileDefaults> tuned_tile(Runtime& runtime, int ordinal, DType dtype, DType out_dtype, Quant quant,
                                        int head_dim, int head_dim_v, bool causal, const Layout& layout) {
-  if (layout.short_q || layout.short_causal || layout.split_kv || runtime.tune_db_path().empty()) return std::nullopt;
+  if (layout.short_q || layout.split_kv || runtime.tune_db_path().empty()) return std::nullopt;
   const std::string token = tune_class(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout);
   TunedTiles& tiles = runtime.family_state<TunedTiles>();
   std::lock_guard<std::mutex> lock(tiles.mu);

@@ -4,7 +4,8 @@
 // A class is everything a call's kernel is chosen by except the tile: dtype, out_dtype, quant, head_dim, head_dim_v,
 // the mask and the layout bits (varlen_q, varlen_k, paged_kv, paged_gather, pack_gqa, softcap, sinks, v_d_major). split_kv is not
 // part of it: the runtime decides splits per call from the built-in tile, and tuned tiles apply to calls that do
-// not split (prefill), never to the decode tile (layout.short_q) or the short-causal tile (layout.short_causal). A choice sets the tile fields of a spec: "tile"
+// not split (prefill), never to the decode tile (layout.short_q); a short causal call (layout.short_causal) takes its class's tuned tile
+// in place of the short-causal one. A choice sets the tile fields of a spec: "tile"
 // (block_m, block_n), "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap", "rescale_o_before_pv", "cluster_m",
 // "fp32_two_level_accum". For quant per_block the per-block descales are laid out by the built-in block_m and
 // block_n (fa3jit_fp8_quant_blocks), so a choice must keep them.
@@ -46,7 +47,7 @@ Spec apply_choice(const Spec& base, const nlohmann::json& choice);
 /// The tuned kernels `cache warm` compiles beside `spec`, the built-in kernel of a call: `spec`'s class with each of
 /// the runtime's applied choices for it (Runtime::applied_choices: this build's toolchain, any device). None when the
 /// launch path takes no tuned tile for the call: a split_kv kernel, or a decode step's tile (a spec that is not its
-/// class's builtin_spec: layout.short_q, layout.short_causal). A choice that does not hold for the class is left out (the launch path
+/// class's builtin_spec: layout.short_q). A choice that does not hold for the class is left out (the launch path
 /// reports it when a call meets it).
 std::vector<Spec> tuned_specs(Runtime& runtime, const Spec& spec);
 

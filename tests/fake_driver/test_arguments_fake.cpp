@@ -331,13 +331,17 @@ TEST_CASE("window, softcap and sinks pick the variant kernel and reach its param
   CHECK(p.softcap_log2 == Approx(30.0 * 1.4426950408889634));
   CHECK(p.sinks == a.sinks);
 
-  // A window wider than every sequence hides nothing: the plain causal kernel, without the variant.
+  // A window wider than every sequence hides nothing: the plain causal kernel, without the variant (700 keys: the
+  // short-causal tile of a dense causal call).
   ForwardArgs wide = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);
   wide.window_left = 700;
   before = launch_count();
   forward(runtime(), wide, nullptr);
   REQUIRE(launch_count() == before + 1);
-  CHECK(std::string(last_launch().kernel_name) == attention_fwd::kernel_name(default_spec(DType::kBf16, 128, 128, true)));
+  Layout short_causal;
+  short_causal.short_causal = true;
+  CHECK(std::string(last_launch().kernel_name) ==
+        attention_fwd::kernel_name(default_spec(DType::kBf16, DType::kBf16, Quant::kNone, 128, 128, true, short_causal)));
 
   // Bad values name the argument; a variant kernel refuses calls of another mask.
   ForwardArgs bad = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);

@@ -31,12 +31,13 @@ TensorView tensor_on(int device, int64_t batch, int64_t seqlen, int64_t heads, i
   return {data, seqlen * heads * dim, heads * dim, dim};
 }
 
-// bf16, d128, causal: a prefill (seqlen 1000, no split) or a decode step over 8192 keys (the heuristic splits).
+// bf16, d128, causal: a prefill (seqlen 3000, no split, past the short-causal tile's 2048 keys) or a decode step over
+// 8192 keys (the heuristic splits).
 ForwardArgs call_on(int device, bool decode) {
   ForwardArgs a;
   a.dtype = DType::kBf16;
   a.batch = 1, a.num_heads = 16, a.num_heads_kv = decode ? 2 : 16, a.head_dim = 128;
-  a.seqlen_q = decode ? 1 : 1000, a.seqlen_k = decode ? 8192 : 1000;
+  a.seqlen_q = decode ? 1 : 3000, a.seqlen_k = decode ? 8192 : 3000;
   a.causal = true;
   a.q = tensor_on(device, 1, a.seqlen_q, a.num_heads, 128);
   a.k = tensor_on(device, 1, a.seqlen_k, a.num_heads_kv, 128);
