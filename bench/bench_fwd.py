@@ -52,8 +52,8 @@ BACKENDS = ("fa3jit", "fa3jit_vt", "fa3jit_pb", "fa3jit_grid", "fa3jit_persisten
 # CTA per tile: the persistent grid's A/B partner in the same process. fa3jit_persistent: the same kernel with
 # persistent true (causal included), whatever the tile table chooses. fa3jit_pb (e4m3 only): per-block descales
 # (fa3jit.quantize_fp8 without rotation, before timing) with the per_block d_major kernel and its own tile.
-# fa3jit_alt: the tile table's kernel (16-bit: fa3jit's; e4m3: fa3jit_vt's) with the spec fields of --alt laid over
-# it (a JSON object, e.g. '{"rescale_o_before_pv": true}' or '{"tile": {"block_n": 128}}'): a knob's A/B partner.
+# fa3jit_alt: the tile table's kernel (16-bit: fa3jit's tile for the call; e4m3: fa3jit_vt's) with the spec fields of
+# --alt laid over it (a JSON object, e.g. '{"rescale_o_before_pv": true}' or '{"tile": {"block_n": 128}}'): a knob's A/B partner.
 NAMES = {"fa3jit": "fa3jit", "fa3jit_vt": "fa3jit d_major", "fa3jit_grid": "fa3jit grid",
          "fa3jit_persistent": "fa3jit persistent", "fa3jit_pb": "fa3jit per_block", "fa3jit_alt": "fa3jit alt",
          "fa3": "FA3",
@@ -76,6 +76,13 @@ def dims_label(head_dim, head_dim_v):
     return str(head_dim) if head_dim == head_dim_v else f"{head_dim}/{head_dim_v}"
 
 
+def alt_fields(text):
+    fields = json.loads(text)
+    if not isinstance(fields, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object of spec fields")
+    return fields
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", nargs="+", choices=["fp16", "bf16", "e4m3"], default=["fp16", "bf16"])
@@ -88,7 +95,7 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--backends", nargs="+", choices=BACKENDS,
                         default=[b for b in BACKENDS if b != "fa3jit_alt"])
-    parser.add_argument("--alt", type=json.loads, default={},
+    parser.add_argument("--alt", type=alt_fields, default={},
                         help="spec fields (JSON object) of the fa3jit_alt backend over the tile table's kernel")
     parser.add_argument("--sdpa-layout", choices=["view", "contiguous"], default="view")
     parser.add_argument("--fa3-site", default=os.environ.get("FA3_SITE") or "/tmp/site",
@@ -231,15 +238,23 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8, backend
     else:
         calls["fa3jit"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal)
         dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[q.dtype]
+        # The partners run fa3jit's tile for this call (a short causal call takes the short-causal tile, which a
+        # written-out spec does not), from the library's own plan of the call.
+        from fa3jit import _capi
+        code = _capi.DTYPE_FP16 if dtype == "fp16" else _capi.DTYPE_BF16
+        plan = _capi.plan(_capi.ForwardParams(dtype=code, causal=1 if causal else 0, batch=q.shape[0],
+                                              seqlen_q=q.shape[1], seqlen_k=k.shape[1], num_heads=q.shape[2],
+                                              num_heads_kv=k.shape[2], head_dim=q.shape[3], head_dim_v=v.shape[3]))
+        tile = {"tile": {"block_m": plan.block_m, "block_n": plan.block_n}, "consumer_warpgroups": plan.block_m // 64}
         grid_kernel = fa3jit.Kernel({"dtype": dtype, "head_dim": q.shape[3], "head_dim_v": v.shape[3],
-                                     "causal": causal, "persistent": False})
+                                     "causal": causal, "persistent": False, **tile})
         calls["fa3jit_grid"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal, kernel=grid_kernel)
         persistent_kernel = fa3jit.Kernel({"dtype": dtype, "head_dim": q.shape[3], "head_dim_v": v.shape[3],
-                                           "causal": causal, "persistent": True})
+                                           "causal": causal, "persistent": True, **tile})
         calls["fa3jit_persistent"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal, kernel=persistent_kernel)
         if "fa3jit_alt" in backends:
             alt_kernel = fa3jit.Kernel({"dtype": dtype, "head_dim": q.shape[3], "head_dim_v": v.shape[3],
-                                        "causal": causal, **(alt or {})})
+                                        "causal": causal, **tile, **(alt or {})})
             calls["fa3jit_alt"] = lambda: fa3jit.flash_attn_func(q, k, v, causal=causal, kernel=alt_kernel)
         calls["fa2"] = sdpa_call(SDPBackend.FLASH_ATTENTION)
         if fa3_op is not None:

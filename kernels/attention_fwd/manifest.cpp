@@ -18,6 +18,7 @@
 #include "jit/family.h"
 #include "kernels/attention_combine/spec.h"
 #include "kernels/attention_fwd/launch.h"
+#include "kernels/attention_fwd/tile_table.h"
 #include "kernels/attention_fwd/tuned.h"
 
 namespace fa3jit::attention_fwd {
@@ -227,11 +228,21 @@ std::vector<ManifestKernel> manifest_kernels(const json& manifest, Runtime* runt
     const bool windowed = model.window_left >= 0 || (!model.causal && model.window_right >= 0);
     const std::vector<int64_t> key_counts = windowed ? std::vector<int64_t>{kKeys, kFewKeys}
                                                      : std::vector<int64_t>{kKeys};
+    // A causal call over a dense K/V tensor of at most short_causal_max_seqlen_k keys runs the short-causal tile.
+    const int64_t short_keys =
+        model.causal ? short_causal_max_seqlen_k(model.dtype, static_cast<int>(model.head_dim),
+                                                 static_cast<int>(model.head_dim_v))
+                     : 0;
     for (const Call& c : calls) {
-      for (int64_t keys : key_counts) {
+      std::vector<int64_t> keys_of_call = key_counts;
+      if (c.kv == KvLayout::kDense && short_keys > 0) keys_of_call.push_back(short_keys);
+      for (int64_t keys : keys_of_call) {
         for (int splits : {1, 2}) {
           const std::string what = fmt::format("{} {}{}{}", model.name, c.what,
-                                               keys == kFewKeys ? ", short context" : "", splits > 1 ? ", split" : "");
+                                               keys == kFewKeys    ? ", short context"
+                                               : keys == short_keys ? fmt::format(", {} keys", keys)
+                                                                    : "",
+                                               splits > 1 ? ", split" : "");
           Spec spec;
           try {
             ForwardArgs args = call_args(model, c.packed_q, c.queries, c.kv, c.page_size, keys);

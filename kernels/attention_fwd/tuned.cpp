@@ -112,7 +112,16 @@ Spec apply_choice(const Spec& base, const json& choice) {
 
 std::vector<Spec> tuned_specs(Runtime& runtime, const Spec& spec) {
   std::vector<Spec> specs;
-  const Spec base = builtin_spec(spec);
+  // The built-in kernel of a call of the class: the row's tile, or the short-causal tile (layout.short_causal).
+  Spec base = builtin_spec(spec);
+  if (!(base == spec) && spec.causal) {
+    Layout l = layout_of_spec(spec);
+    l.short_causal = true;
+    if (const Spec short_base = default_spec(spec.dtype, spec.out_dtype, spec.quant, spec.head_dim, spec.head_dim_v,
+                                             spec.causal, l);
+        short_base == spec)
+      base = short_base;
+  }
   if (spec.split_kv || !(base == spec)) return specs;
   for (const json& choice : runtime.applied_choices(kTuneKind, tune_class(spec))) {
     try {
@@ -130,7 +139,8 @@ std::optional<TileDefaults> tuned_tile(Runtime& runtime, int ordinal, DType dtyp
   const std::string token = tune_class(dtype, out_dtype, quant, head_dim, head_dim_v, causal, layout);
   TunedTiles& tiles = runtime.family_state<TunedTiles>();
   std::lock_guard<std::mutex> lock(tiles.mu);
-  const auto key = std::make_pair(ordinal, token);
+  // The tile of a choice that leaves fields out is the base's in them, and a short causal call's base differs.
+  const auto key = std::make_pair(ordinal, layout.short_causal ? token + " short_causal" : token);
   if (auto it = tiles.by_class.find(key); it != tiles.by_class.end()) return it->second;
   std::optional<TileDefaults> tile;
   if (const std::optional<json> choice = runtime.tuned_choice(kTuneKind, token, ordinal)) {

@@ -380,3 +380,24 @@ TEST_CASE("short causal calls take the short-causal tile; longer, packed, paged 
   fp8.quant = Quant::kPerHead;
   CHECK(call_spec(fp8, 1).block_n == default_spec(DType::kE4m3, 128, 128, true).block_n);
 }
+
+TEST_CASE("a manifest with dense K/V lists the short-causal kernel of its short calls", "[manifest]") {
+  const json manifest = json::parse(R"({"kind": "serving_manifest", "models": [{"name": "m", "dtype": "bf16",
+      "head_dim": 128, "num_heads": 16, "num_heads_kv": 16, "kv": ["dense"], "decode_queries": [128]}]})");
+  const std::set<std::string> listed = attention_specs(manifest_kernels(manifest));
+  // 128 dense queries over 1000 dense keys (a verification step over a short context): the short-causal tile.
+  ForwardArgs a;
+  a.dtype = DType::kBf16;
+  a.batch = 4;
+  a.seqlen_q = 128;
+  a.seqlen_k = 1000;
+  a.num_heads = a.num_heads_kv = 16;
+  a.head_dim = 128;
+  a.causal = true;
+  for (int splits : {1, 2}) {
+    const Spec spec = call_spec(a, splits);
+    INFO(spec_summary(spec));
+    CHECK(spec.block_n == 128);
+    CHECK(listed.count(canonical_json(spec).dump()) == 1);
+  }
+}
