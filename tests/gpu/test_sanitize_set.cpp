@@ -95,6 +95,12 @@ TEST_CASE("sanitizer set: persistent grids whose CTAs run several tiles, and the
       {R"({"dtype":"bf16","head_dim":64})", 1023, 113, 2, 48, 8},
       {R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major"})", 799, 239, 2, 64, 16},
       {R"({"dtype":"bf16","head_dim":128,"causal":true,"persistent":false})", 239, 1023},
+      // The short-causal tiles (tile_table.h: short_causal_max_seqlen_k): d64 on two warpgroups, d128 128x128, and
+      // rescale_o_before_pv on d256.
+      {R"({"dtype":"bf16","head_dim":64,"causal":true,"tile":{"block_m":128,"block_n":128},"consumer_warpgroups":2})",
+       1023, 1023, 3, 40, 8},
+      {R"({"dtype":"fp16","head_dim":128,"causal":true,"tile":{"block_n":128}})", 799, 799, 2, 48, 8},
+      {R"({"dtype":"bf16","head_dim":256,"rescale_o_before_pv":true})", 239, 1023},
   };
   run_sanitize_cases(cases);
 }
