@@ -117,16 +117,34 @@ TEST_CASE("non-default specs (other tiles, stages, schedules) run and pass", "[g
   }
 }
 
+namespace {
+
+// A problem of one spec's kernel pair (two specs that differ in one knob): the spec's dtypes, head dims, mask,
+// quantisation (per_block descales by the spec's tile) and V layout, on the given sizes.
+struct PairCase {
+  const char* spec;
+  int64_t batch, seqlen_q, seqlen_k, heads, heads_kv;
+};
+
+ProblemShape shape_of(const Spec& spec, const PairCase& c) {
+  ProblemShape s{spec.dtype, c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_kv, spec.head_dim, spec.causal};
+  s.head_dim_v = spec.head_dim_v;
+  s.out_dtype = spec.out_dtype;
+  s.quant = spec.quant;
+  s.quant_block_m = spec.block_m;
+  s.quant_block_n = spec.block_n;
+  s.v_d_major = spec.v_layout == VLayout::kDMajor;
+  return s;
+}
+
+}  // namespace
+
 TEST_CASE("rescale_o_before_pv gives the same out and lse bit for bit", "[gpu][forward][rescale]") {
   if (!have_gpu()) return;
   // O is multiplied by the same factor before the same P.V in either place of the overlapped schedule (only the
   // point in the instruction stream moves), so the two kernels must agree to the bit: a difference is a missing
   // fence between the multiplies and the P.V that reads O.
-  struct Case {
-    const char* spec;
-    int64_t batch, seqlen_q, seqlen_k, heads, heads_kv;
-  };
-  const Case cases[] = {
+  const PairCase cases[] = {
       {R"({"dtype":"bf16","head_dim":256})", 2, 799, 1023, 8, 2},
       {R"({"dtype":"fp16","head_dim":256,"causal":true})", 2, 1023, 4224, 8, 8},
       {R"({"dtype":"bf16","head_dim":128,"causal":true})", 3, 1023, 1111, 8, 2},
@@ -134,18 +152,14 @@ TEST_CASE("rescale_o_before_pv gives the same out and lse bit for bit", "[gpu][f
       {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},  // one key block: only the last P.V's rescale
       {R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major"})", 2, 1023, 1111, 8, 2},
   };
-  for (const Case& c : cases) {
+  for (const PairCase& c : cases) {
     nlohmann::json doc = nlohmann::json::parse(c.spec);
     doc["rescale_o_before_pv"] = false;
     const Spec off = parse_spec(doc);
     doc["rescale_o_before_pv"] = true;
     const Spec on = parse_spec(doc);
     INFO(spec_summary(on) << " batch " << c.batch << " sq " << c.seqlen_q << " sk " << c.seqlen_k);
-    ProblemShape s{on.dtype, c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_kv, on.head_dim, on.causal};
-    s.head_dim_v = on.head_dim_v;
-    s.out_dtype = on.out_dtype;
-    s.quant = on.quant;
-    s.v_d_major = on.v_layout == VLayout::kDMajor;
+    const ProblemShape s = shape_of(on, c);
     AttentionProblem a(s, 5), b(s, 5);
     a.run(runtime(), load_kernel(runtime(), off).get());
     b.run(runtime(), load_kernel(runtime(), on).get());
@@ -165,11 +179,7 @@ TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit
   // past the 132 CTAs (each CTA runs several: the K/V ring, Q and the O staging handed over between tiles), a single
   // tile, causal rows that see no key (tiles with no key block among the others). Windows, softcap and sinks on a
   // persistent grid: test_serving.cpp, dense q.
-  struct Case {
-    const char* spec;
-    int64_t batch, seqlen_q, seqlen_k, heads, heads_kv;
-  };
-  const Case cases[] = {
+  const PairCase cases[] = {
       {R"({"dtype":"bf16","head_dim":128})", 4, 1023, 1111, 8, 2},
       {R"({"dtype":"bf16","head_dim":128,"causal":true})", 4, 1023, 4224, 8, 8},
       {R"({"dtype":"fp16","head_dim":128,"causal":true})", 2, 4224, 799, 6, 2},  // rows 0..3424 see no key
@@ -188,7 +198,7 @@ TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit
       {R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major","fp32_two_level_accum":true,"tile":{"block_n":96}})", 2, 799, 4224, 16, 2},
   };
   int identical = 0;
-  for (const Case& c : cases) {
+  for (const PairCase& c : cases) {
     nlohmann::json doc = nlohmann::json::parse(c.spec);
     doc["persistent"] = false;
     const Spec grid = parse_spec(doc);
@@ -196,13 +206,7 @@ TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit
     const Spec persistent = parse_spec(doc);
     REQUIRE(persistent.persistent);
     INFO(spec_summary(persistent) << " batch " << c.batch << " sq " << c.seqlen_q << " sk " << c.seqlen_k);
-    ProblemShape s{grid.dtype, c.batch, c.seqlen_q, c.seqlen_k, c.heads, c.heads_kv, grid.head_dim, grid.causal};
-    s.head_dim_v = grid.head_dim_v;
-    s.out_dtype = grid.out_dtype;
-    s.quant = grid.quant;
-    s.quant_block_m = grid.block_m;
-    s.quant_block_n = grid.block_n;
-    s.v_d_major = grid.v_layout == VLayout::kDMajor;
+    const ProblemShape s = shape_of(grid, c);
     AttentionProblem a(s, 77), b(s, 77);
     a.run(runtime(), load_kernel(runtime(), grid).get());
     b.run(runtime(), load_kernel(runtime(), persistent).get());
