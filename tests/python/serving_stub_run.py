@@ -1,7 +1,7 @@
 """fa3jit.flash_attn_varlen_func and flash_attn_with_kvcache without torch and without a GPU (run by
 test_serving.py in a subprocess: it installs a stand-in `torch` module before importing fa3jit).
 
-The stand-in tensors are shapes, strides, dtypes and devices over fake addresses; the library's
+The stand-in tensors (torch_standin.py) are shapes, strides, dtypes and devices over fake addresses; the library's
 fa3jit_attention_forward and fa3jit_attention_workspace_size are replaced by recorders, so what is checked is the
 Python side: the checks before the device, and the fa3jit_forward_params each call hands the library (read back
 through the ctypes struct). Prints "ok" at the end.
@@ -10,127 +10,16 @@ through the ctypes struct). Prints "ok" at the end.
 """
 
 import ctypes
-import itertools
 import math
+import os
 import sys
-import types
 
 ROOT = sys.argv[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# ---- the stand-in torch -----------------------------------------------------------------------------------
+from torch_standin import ALLOCATIONS, Device, Tensor, tensor_of, install  # noqa: E402
 
-torch = types.ModuleType("torch")
-
-
-class DType:
-    def __init__(self, name, itemsize):
-        self.name, self.itemsize = name, itemsize
-
-    def __repr__(self):
-        return "torch." + self.name
-
-
-for _name, _size in (("float16", 2), ("bfloat16", 2), ("float32", 4), ("float64", 8), ("float8_e4m3fn", 1),
-                     ("int32", 4), ("int64", 8), ("uint8", 1)):
-    setattr(torch, _name, DType(_name, _size))
-
-
-class Device:
-    def __init__(self, spec):
-        self.type, _, index = str(spec).partition(":")
-        self.index = int(index) if index else (0 if self.type == "cuda" else None)
-
-    def __eq__(self, other):
-        return (self.type, self.index) == (other.type, other.index)
-
-    def __hash__(self):
-        return hash((self.type, self.index))
-
-    def __repr__(self):
-        return self.type if self.index is None else f"{self.type}:{self.index}"
-
-
-_addresses = itertools.count(0x7F0000000000, 1 << 24)
-ALLOCATIONS = []
-
-
-class Tensor:
-    def __init__(self, shape, dtype, device="cuda:0", strides=None):
-        self.shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        self.dtype, self.device = dtype, Device(device)
-        contiguous, n = [], 1
-        for extent in reversed(self.shape):
-            contiguous.append(n)
-            n *= extent
-        self._strides = tuple(strides) if strides is not None else tuple(reversed(contiguous))
-        self._ptr = next(_addresses)
-        self.is_cuda = self.device.type == "cuda"
-        self.filled = None
-
-    def stride(self, i=None):
-        return self._strides if i is None else self._strides[i]
-
-    def dim(self):
-        return len(self.shape)
-
-    def numel(self):
-        return math.prod(self.shape)
-
-    def data_ptr(self):
-        return self._ptr
-
-    def get_device(self):
-        return self.device.index
-
-    def new_empty(self, shape, dtype=None):
-        return _empty(shape, self.dtype if dtype is None else dtype, self.device)
-
-    def zero_(self):
-        self.filled = 0.0
-        return self
-
-    def fill_(self, value):
-        self.filled = value
-        return self
-
-    def __getitem__(self, index):  # a slice of a filled one-dimensional tensor (the metadata's head)
-        assert isinstance(index, slice) and isinstance(self.filled, list), index
-        return _tensor_of(self.filled[index], self.dtype, self.device)
-
-    def tolist(self):
-        return list(self.filled)
-
-
-def _empty(shape, dtype, device):
-    t = Tensor(shape, dtype, device)
-    ALLOCATIONS.append(t)
-    return t
-
-
-def _full(shape, value, dtype, device):
-    t = _empty(shape, dtype, device)
-    t.filled = value
-    return t
-
-
-torch.Tensor = Tensor
-torch.empty = _empty
-torch.full = _full
-torch.ones = lambda shape, dtype, device: _full(shape, 1.0, dtype, device)
-
-
-def _tensor_of(values, dtype=None, device="cpu"):
-    t = _empty((len(values),), dtype, device)
-    t.filled = list(values)
-    return t
-
-
-torch.tensor = _tensor_of
-torch.contiguous_format = object()
-torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151)
-torch.cuda = types.SimpleNamespace(device_count=lambda: 1)
-sys.modules["torch"] = torch
-sys.path.insert(0, ROOT + "/tools/python")
+torch = install(ROOT)
 
 import fa3jit  # noqa: E402
 from fa3jit import _capi, attention  # noqa: E402
@@ -492,7 +381,7 @@ for args, needles in (((batch, -1, 512, heads, heads_kv, d, used), ["max_seqlen_
 assert len(PLAN_QUERIES) == plans, "a refused call reached the library"
 # The calls check the metadata they are given: int32, one dimension, >= 2 elements. A longer CPU buffer holding it
 # is read; a copy on q's device is not read (the call plans from its own arguments); another device is refused.
-fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, scheduler_metadata=_tensor_of([3, 0] + [0] * 62, i32))
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, scheduler_metadata=tensor_of([3, 0] + [0] * 62, i32))
 assert (last_call().num_splits, last_call().pack_gqa) == (3, 0)
 fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, scheduler_metadata=Tensor((2,), i32))
 assert (last_call().num_splits, last_call().pack_gqa) == (0, -1)
@@ -503,6 +392,6 @@ expect(ValueError, ["scheduler_metadata is torch.int32 (1,)"], fa3jit.flash_attn
 expect(ValueError, ["scheduler_metadata is on cuda:1"], kvcache, qd, kp, vp, used, table,
        scheduler_metadata=Tensor((2,), i32, device="cuda:1"))
 expect(ValueError, ["scheduler_metadata holds (num_splits, pack_gqa) = (0, 1)"], kvcache, qd, kp, vp, used, table,
-       scheduler_metadata=_tensor_of([0, 1], i32))
+       scheduler_metadata=tensor_of([0, 1], i32))
 
 print("ok")
