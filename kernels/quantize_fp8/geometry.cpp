@@ -26,7 +26,7 @@ Geometry derive_geometry(const Spec& spec) {
   // cluster must save more than 3 % idle warps per CTA). Ties go to the smaller cluster, then to more warps
   // per CTA (more blocks per CTA, fewer CTAs). Costs are compared as cross products of integers:
   // cost = (32 * idle + (c - 1) * slots) / (32 * slots).
-  g.register_budget = kRegisterBudget + (spec.hadamard ? kHadamardRegisters : 0) + (spec.rope != Rope::kNone ? kRopeRegisters : 0);
+  g.register_budget = spec.rope == Rope::kNone ? kRegisterBudget : kRopeRegisterBudget;
   const int max_warps = std::min(kMaxWarps, kRegistersPerSm / (kMinCtasPerSm * 32 * g.register_budget));
   int best_c = 0, best_w = 0;
   long long best_num = 0, best_den = 1;
@@ -55,13 +55,12 @@ Geometry derive_geometry(const Spec& spec) {
   g.k = {spec.k_block_rows, wk, std::max(1, slots / wk)};
   g.v_row_lanes = spec.head_dim_v / 8;
   g.v_rows_per_cta = kVSteps * g.num_threads * 8 / spec.head_dim_v;
-  // device/quantize.cuh: float s_amax[2][slots] (two sets, alternating per unit), uint32 s_signs[8] (Hadamard only),
-  // float s_vmax[warps][head_dim_v].
+  // device/quantize.cuh: float s_amax[slots], uint32 s_signs[8] (Hadamard only), float s_vmax[warps][head_dim_v].
   // The V passes share one buffer: the channel amax table of kPassVAmax and, with v_layout d_major, kPassVQuant's
   // chunk of quantised V (v_rows_per_cta keys x head_dim_v bytes) that it writes out transposed (device/quantize.cuh).
   const int v_table = 4 * g.warps_per_cta * spec.head_dim_v;
   const int v_chunk = spec.v_d_major ? g.v_rows_per_cta * spec.head_dim_v : 0;
-  g.smem_bytes = 2 * 4 * slots + (spec.hadamard ? 4 * 8 : 0) + (v_table > v_chunk ? v_table : v_chunk);
+  g.smem_bytes = 4 * slots + (spec.hadamard ? 4 * 8 : 0) + (v_table > v_chunk ? v_table : v_chunk);
   return g;
 }
 

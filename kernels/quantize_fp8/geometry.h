@@ -29,15 +29,12 @@ inline constexpr int kValuesPerLane = 32;
 /// Loads of 16 bytes per thread a V pass issues before using the first (tokens per thread per CTA).
 inline constexpr int kVSteps = 8;
 
-/// Registers per thread the kernel is compiled for (through __launch_bounds__' minimum CTAs per SM), and so the
-/// warps per CTA that keep kMinCtasPerSm CTAs per SM: 32 for the row's values, 16 for the next unit's loads in
-/// flight (kPassQk runs a persistent grid, device/quantize.cuh), the rest indices: 80 (71 used by the CUDA 13
-/// allocator). The Hadamard butterflies' shuffle temporaries add 16 (ptxas spilled 68-76 bytes at 80), RoPE's cos/sin
-/// values in flight 32 (interleaved pairs spilled 64-100 bytes at 16 over the Hadamard budget); the NVRTC test of
-/// every variant checks that nothing spills (tests/kernels/quantize_fp8/test_quantize.cpp).
-inline constexpr int kRegisterBudget = 80;
-inline constexpr int kHadamardRegisters = 16;
-inline constexpr int kRopeRegisters = 32;
+/// Registers per thread the kernel is compiled for (through __launch_bounds__' minimum CTAs per SM): 32 for
+/// the row's values, the rest for loads in flight and indices. RoPE adds up to 16 cos/sin values in flight
+/// (the CUDA 13 register allocator takes about 80 then, 71 without), so RoPE kernels get 80 and CTAs of at
+/// most 12 warps, which keeps two CTAs per SM: one loads while the other quantises and stores.
+inline constexpr int kRegisterBudget = 64;
+inline constexpr int kRopeRegisterBudget = 80;
 inline constexpr int kRegistersPerSm = 65536;
 inline constexpr int kMinCtasPerSm = 2;
 
@@ -55,7 +52,7 @@ struct Geometry {
   int warps_per_cta;    // kMinWarps..kMaxWarps (at most 12 with RoPE)
   int cluster_size;     // 1..kMaxCluster CTAs per cluster (grid x)
   int num_threads;      // 32 * warps_per_cta
-  int register_budget;  // kRegisterBudget, + kHadamardRegisters with Hadamard, + kRopeRegisters with RoPE
+  int register_budget;  // kRegisterBudget, or kRopeRegisterBudget with RoPE
   int min_ctas_per_sm;  // __launch_bounds__ minimum: caps registers at register_budget per thread
   BlockGeometry q, k;
   int v_row_lanes;      // head_dim_v / 8

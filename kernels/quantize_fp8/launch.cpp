@@ -30,7 +30,7 @@ struct CallShape {
   int64_t batch, seqlen_q, seqlen_k, num_heads, num_heads_kv;
   int64_t q_blocks, k_blocks, q_num_blocks, k_num_blocks;
   int64_t q_clusters, k_clusters, v_chunks, v_units, v_descale_count;
-  unsigned qk_grid, v_grid;  // CTAs of kPassQk (one cluster per unit; the launch caps it) and of each V pass
+  unsigned qk_grid, v_grid;  // CTAs of kPassQk and of each V pass, whole clusters
 };
 
 // v8 as (batch, rows, heads, row elements): (batch, seqlen_k, num_heads_kv, head_dim_v), or with v_layout d_major
@@ -208,7 +208,6 @@ Params make_params(const Spec& spec, const QuantizeArgs& a, const CallShape& s) 
   p.q_num_blocks = static_cast<int>(s.q_num_blocks);
   p.k_num_blocks = static_cast<int>(s.k_num_blocks);
   p.q_clusters = static_cast<int>(s.q_clusters);
-  p.qk_units = static_cast<int>(s.q_clusters + s.k_clusters);
   p.v_chunks = static_cast<int>(s.v_chunks);
   p.v_units = static_cast<int>(s.v_units);
   p.v_descale_count = static_cast<int>(s.v_descale_count);
@@ -269,9 +268,7 @@ void launch_checked(Runtime& runtime, const Spec& spec, const QuantizeArgs& args
   LaunchInvariants overlapping = kernel.launch();
   overlapping.waits_for_prerequisites = true;
   params.pass = kPassQk;
-  // kPassQk runs a persistent grid: its clusters loop over the units, so at most the clusters resident at once.
-  const unsigned qk_grid = std::min(shape.qk_grid, static_cast<unsigned>(kernel.resident_ctas(ctx)));
-  launch_kernel(function, kernel.launch(), qk_grid, &params, cu_stream, "launching the FP8 pre-pass (Q, K)");
+  launch_kernel(function, kernel.launch(), shape.qk_grid, &params, cu_stream, "launching the FP8 pre-pass (Q, K)");
   params.pass = kPassVAmax;
   launch_kernel(function, overlapping, shape.v_grid, &params, cu_stream, "launching the FP8 pre-pass (V amax)");
   params.pass = kPassVQuant;

@@ -105,8 +105,7 @@ enum Pass : int { kPassQk = 0, kPassVAmax = 1, kPassVQuant = 2 };
   FIELD(int, k_blocks)             /* ceil(seqlen_k / k_block_rows) */                                    \
   FIELD(int, q_num_blocks)         /* batch * num_heads * q_blocks: entries of q_descale */               \
   FIELD(int, k_num_blocks)         /* batch * num_heads_kv * k_blocks */                                  \
-  FIELD(int, q_clusters)           /* kPassQk: units (cluster loads) of Q blocks; the K units follow them */ \
-  FIELD(int, qk_units)             /* kPassQk: Q units + K units, run by a persistent grid of clusters */ \
+  FIELD(int, q_clusters)           /* kPassQk: clusters of Q blocks; the K clusters follow them */        \
   FIELD(int, v_chunks)             /* ceil(seqlen_k / v_rows_per_cta): V chunks per (batch, kv head) */   \
   FIELD(int, v_units)              /* batch * num_heads_kv * v_chunks: CTAs with V work */                \
   FIELD(int, v_descale_count)      /* batch * num_heads_kv * head_dim_v */

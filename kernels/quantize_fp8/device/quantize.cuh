@@ -2,16 +2,13 @@
 // e4m3 q8, k8, v8 and fp32 descales (layouts: params.h). One kernel, launched three times in stream order with
 // Params::pass = kPassQk, kPassVAmax, kPassVQuant (launch.cpp):
 //
-// kPassQk (a persistent grid of CTA clusters, cluster_size CTAs each, at most as many as are resident at once; a
-// cluster's warps are cut into blocks of warps_per_block warps, geometry.h; a unit is one such set of blocks, Q's
-// units first, then K's; cluster c runs units c, c + clusters, ...)
-//   1. each thread issues the 16-byte loads of its row of the first unit (device/layout.cuh), the CTA computes the
-//      Hadamard signs (one ballot per 32 elements), the cluster synchronises once (every CTA runs); per unit:
-//   2. the row's values are unpacked and the next unit's loads issued into the freed registers, so they are in
-//      flight while this unit computes and stores; RoPE (device/rope.cuh), then H.D (device/hadamard.cuh);
+// kPassQk (one CTA cluster = cluster_size CTAs, its warps cut into blocks of warps_per_block warps, geometry.h)
+//   1. each thread issues the 16-byte loads of its row (device/layout.cuh), the CTA computes the Hadamard
+//      signs (one ballot per 32 elements) and, with clusters, announces that it runs (barrier.cluster.arrive);
+//   2. RoPE (device/rope.cuh), then H.D (device/hadamard.cuh), all in registers;
 //   3. warp amax by shuffles; each warp's amax goes to the slot of its cluster warp index in the shared memory
-//      of every CTA of the cluster (st.shared::cluster; two sets of slots, alternating per unit), one cluster
-//      barrier (release/acquire), then each warp reduces its block's slots: the block amax, without a second read;
+//      of every CTA of the cluster (st.shared::cluster after barrier.cluster.wait), one more cluster barrier
+//      (release/acquire), then each warp reduces its block's slots: the block amax, without a second read;
 //   4. descale = descale_from_amax(amax / sqrt(head_dim)), written by the block's first lane; values scaled
 //      by 1/(sqrt(head_dim) descale), converted (cvt.rn.satfinite.e4m3x2), exchanged with the neighbouring
 //      lane (shfl.xor 1) and stored 16 bytes at a time.
@@ -42,6 +39,14 @@
 namespace fa3jit::quantize_fp8 {
 
 // ---- cluster helpers (PTX ISA §9.7.13.4 barrier.cluster, §9.7.9.20 mapa) ------------------------------------
+
+/// First half of the start-up barrier: the CTA runs (no memory ordering needed: nothing is published yet).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+/// Second half: every CTA of the cluster runs, so its shared memory may be written (CUDA programming guide,
+/// "Distributed shared memory").
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 
 /// `value` into the float at the same shared-memory offset as `local` in CTA `rank` of the cluster.
 __device__ __forceinline__ void store_shared_cluster(const float* local, uint32_t rank, float value) {
@@ -88,94 +93,63 @@ __device__ __forceinline__ constexpr float hadamard_norm() {
   return kHeadDim == 64 ? 0.125f : (kHeadDim == 128 ? 0.08838834764831844055f : 0.0625f);
 }
 
-/// Where this thread's row lies in unit `cluster_index` of one of Q, K (Blk: QuantizeConfig::QBlocks or KBlocks):
-/// the cluster's warps cut into Blk::kBlocksPerCluster blocks of Blk::kWarpsPerBlock warps (geometry.h).
-struct QkRow {
-  int block;           // index into t.descale
-  int b, h, row;
-  int warp_in_block;   // the block's warp 0 writes its descale
-  int block_in_cluster;
-  bool active;         // warp-uniform: the warp's block exists
-  bool row_ok;         // active and row < seqlen
-};
-
+/// kPassQk for the blocks of one tensor (Blk: QuantizeConfig::QBlocks or KBlocks) in cluster `cluster_index`
+/// of that tensor. Called by every thread of every CTA of the cluster (the barriers are cluster-wide).
 template <class Cfg, class Blk>
-__device__ __forceinline__ QkRow qk_row(const QkTensor& t, int cluster_index) {
+__device__ __forceinline__ void quantize_qk_blocks(const Params& p, const QkTensor& t, int cluster_index,
+                                                   float* s_amax, uint32_t* s_signs) {
   constexpr int kLanes = row_lanes(Cfg::kHeadDim);
   constexpr int kRowsPerWarp = 32 / kLanes;
   constexpr int kW = Blk::kWarpsPerBlock;
+  constexpr int kC = Cfg::kClusterSize;
   static_assert(Blk::kBlockRows == kW * kRowsPerWarp, "a block is whole warps");
-  static_assert(Blk::kBlocksPerCluster * kW <= Cfg::kClusterSize * Cfg::kWarps, "blocks fit the cluster");
+  static_assert(Blk::kBlocksPerCluster * kW <= kC * Cfg::kWarps, "blocks fit the cluster");
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int rank = static_cast<int>(blockIdx.x % Cfg::kClusterSize);  // 1-D clusters tile the grid along x
-  const int cluster_warp = rank * Cfg::kWarps + static_cast<int>(threadIdx.x / 32);
-  QkRow r{};
-  r.block_in_cluster = cluster_warp / kW;
-  r.warp_in_block = cluster_warp % kW;
-  r.block = cluster_index * Blk::kBlocksPerCluster + r.block_in_cluster;
-  r.active = r.block_in_cluster < Blk::kBlocksPerCluster && r.block < t.num_blocks;
-  if (r.active) {
-    const int row_block = r.block % t.blocks_per_seq;
-    const int bh = r.block / t.blocks_per_seq;  // descale layout: (batch, heads, blocks_per_seq)
-    r.h = bh % t.heads;
-    r.b = bh / t.heads;
-    r.row = row_block * Blk::kBlockRows + r.warp_in_block * kRowsPerWarp + lane / kLanes;
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  const int lane_in_row = lane % kLanes;
+  const int rank = static_cast<int>(blockIdx.x % kC);  // 1-D clusters tile the grid along x
+  const int cluster_warp = rank * Cfg::kWarps + warp;
+  const int block_in_cluster = cluster_warp / kW;
+  const int warp_in_block = cluster_warp % kW;
+  const int block = cluster_index * Blk::kBlocksPerCluster + block_in_cluster;  // = index into t.descale
+  const bool active = block_in_cluster < Blk::kBlocksPerCluster && block < t.num_blocks;  // warp-uniform
+  int b = 0, h = 0, row = 0;
+  if (active) {
+    const int row_block = block % t.blocks_per_seq;
+    const int bh = block / t.blocks_per_seq;  // descale layout: (batch, heads, blocks_per_seq)
+    h = bh % t.heads;
+    b = bh / t.heads;
+    row = row_block * Blk::kBlockRows + warp_in_block * kRowsPerWarp + lane / kLanes;
   }
-  r.row_ok = r.active && r.row < t.seqlen;
-  return r;
-}
+  const bool row_ok = active && row < t.seqlen;
 
-/// Issues the 16-byte loads of this thread's row of unit `unit` of kPassQk (Q units first, then K; nothing past
-/// the last unit), zeros where the row does not exist.
-template <class Cfg>
-__device__ __forceinline__ void load_qk_unit(const Params& p, int unit, uint32_t (&raw)[kRowChunks][4]) {
-  constexpr int kLanes = row_lanes(Cfg::kHeadDim);
-  const bool is_q = unit < p.q_clusters;
-  const QkTensor t = is_q ? q_tensor(p) : k_tensor(p);
-  const QkRow r = unit >= p.qk_units ? QkRow{}
-                  : is_q             ? qk_row<Cfg, typename Cfg::QBlocks>(t, unit)
-                                     : qk_row<Cfg, typename Cfg::KBlocks>(t, unit - p.q_clusters);
-  const char* src = t.in + 2 * (r.b * t.in_batch + static_cast<long long>(r.row) * t.in_seq + r.h * t.in_head);
-  const int lane_in_row = static_cast<int>(threadIdx.x % 32) % kLanes;
+  // ---- 1. loads in flight, Hadamard signs, cluster start-up.
+  uint32_t raw[kRowChunks][4];
+  const char* src = t.in + 2 * (b * t.in_batch + static_cast<long long>(row) * t.in_seq + h * t.in_head);
 #pragma unroll
   for (int k = 0; k < kRowChunks; ++k) {
-    if (r.row_ok) {
+    if (row_ok) {
       load_chunk(src + (k * kLanes + lane_in_row) * 16, raw[k]);
     } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i) raw[k][i] = 0u;
     }
   }
-}
+  if constexpr (Cfg::kHadamard) compute_sign_words<Cfg::kHeadDim, Cfg::kNumThreads>(p.seed, s_signs);
+  if constexpr (kC > 1) cluster_arrive_relaxed();
+  __syncthreads();  // s_signs
 
-/// kPassQk for unit `cluster_index` of one tensor, whose row this thread loaded into `raw`: unpack, then the loads
-/// of the cluster's next unit `next` into `raw` (in flight during the rest), RoPE, H.D, the block amax, descale,
-/// quantise, store. Called by every thread of every CTA of the cluster (the barriers are cluster-wide); `s_amax`:
-/// this iteration's slots (the caller alternates two sets, so one cluster barrier per unit suffices: a CTA writes
-/// a set again only after every CTA passed the barrier that follows its reads of it).
-template <class Cfg, class Blk>
-__device__ __forceinline__ void quantize_qk_unit(const Params& p, const QkTensor& t, int cluster_index, int next,
-                                                 uint32_t (&raw)[kRowChunks][4], uint32_t sign_bits, float* s_amax) {
-  constexpr int kLanes = row_lanes(Cfg::kHeadDim);
-  constexpr int kW = Blk::kWarpsPerBlock;
-  constexpr int kC = Cfg::kClusterSize;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int lane_in_row = lane % kLanes;
-  const int cluster_warp = static_cast<int>(blockIdx.x % kC) * Cfg::kWarps + static_cast<int>(threadIdx.x / 32);
-  const QkRow r = qk_row<Cfg, Blk>(t, cluster_index);
-
-  // ---- 1. this unit's values out of the load registers, the next unit's loads into them.
+  // ---- 2. RoPE and H.D in registers.
   float x[kRowChunks][kChunkElems];
 #pragma unroll
   for (int k = 0; k < kRowChunks; ++k) unpack_chunk<Cfg::kIsBf16>(raw[k], x[k]);
-  load_qk_unit<Cfg>(p, next, raw);
-
-  // ---- 2. RoPE and H.D in registers.
   if constexpr (Cfg::kRope != kRopeNone) {
-    const long long table_row = static_cast<long long>(r.row) * (Cfg::kRotaryDim / 2);
-    apply_rope<Cfg>(x, p.rope_cos + table_row, p.rope_sin + table_row, lane_in_row, r.row_ok);
+    const long long table_row = static_cast<long long>(row) * (Cfg::kRotaryDim / 2);
+    apply_rope<Cfg>(x, p.rope_cos + table_row, p.rope_sin + table_row, lane_in_row, row_ok);
   }
-  if constexpr (Cfg::kHadamard) hadamard_rotate<Cfg::kHeadDim>(x, sign_bits, lane);
+  if constexpr (Cfg::kHadamard) {
+    hadamard_rotate<Cfg::kHeadDim>(x, thread_sign_bits<Cfg::kHeadDim>(s_signs, lane_in_row), lane);
+  }
 
   // ---- 3. block amax: warp, then the block's warps through (distributed) shared memory.
   float amax = 0.0f;
@@ -188,20 +162,21 @@ __device__ __forceinline__ void quantize_qk_unit(const Params& p, const QkTensor
     if (lane == 0) s_amax[cluster_warp] = amax;
     __syncthreads();
   } else {
+    cluster_wait();
     if (lane < kC) store_shared_cluster(s_amax + cluster_warp, static_cast<uint32_t>(lane), amax);
     cluster_sync();  // arrive.release + wait.acquire: every slot of every CTA written
   }
-  if (!r.active) return;  // warp-uniform; the caller's loop meets the next barrier
+  if (!active) return;  // no barrier below
   float block_amax = 0.0f;
-  for (int i = lane; i < kW; i += 32) block_amax = fmaxf(block_amax, s_amax[r.block_in_cluster * kW + i]);
+  for (int i = lane; i < kW; i += 32) block_amax = fmaxf(block_amax, s_amax[block_in_cluster * kW + i]);
   block_amax = warp_max(block_amax);
 
   // ---- 4. descale, quantise, exchange, store.
   constexpr float kNorm = Cfg::kHadamard ? hadamard_norm<Cfg::kHeadDim>() : 1.0f;
   const float descale = descale_from_amax(block_amax * kNorm);
-  if (r.warp_in_block == 0 && lane == 0) t.descale[r.block] = descale;
+  if (warp_in_block == 0 && lane == 0) t.descale[block] = descale;
   const float scale = div_rn(kNorm, descale);
-  char* dst = t.out + (r.b * t.out_batch + static_cast<long long>(r.row) * t.out_seq + r.h * t.out_head);
+  char* dst = t.out + (b * t.out_batch + static_cast<long long>(row) * t.out_seq + h * t.out_head);
   const bool odd = lane_in_row & 1;
 #pragma unroll
   for (int m = 0; m < kRowChunks / 2; ++m) {
@@ -212,45 +187,13 @@ __device__ __forceinline__ void quantize_qk_unit(const Params& p, const QkTensor
     // receive the even neighbour's b (the chunk before their b). device/layout.cuh: store_chunk.
     const uint32_t r0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
     const uint32_t r1 = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
-    if (r.row_ok) {
+    if (row_ok) {
       char* at = dst + store_chunk(Cfg::kHeadDim, m, lane_in_row) * kChunkElems;
       if (odd) {
         store_16(at, r0, r1, b0, b1);
       } else {
         store_16(at, a0, a1, r0, r1);
       }
-    }
-  }
-}
-
-/// kPassQk on a persistent grid (launch.cpp: at most the clusters that are resident at once): cluster c runs units
-/// c, c + clusters, ... (Q units, then K units), each unit's loads issued while the unit before it computes and
-/// stores, so the memory system has the next unit's bytes in flight throughout (one short-lived CTA per unit
-/// measured 2.15 TB/s, latency-bound: bench/NOTES.md).
-template <class Cfg>
-__device__ __forceinline__ void quantize_qk(const Params& p, float (*s_amax)[Cfg::kClusterSize * Cfg::kWarps],
-                                            uint32_t* s_signs) {
-  constexpr int kC = Cfg::kClusterSize;
-  const int clusters = static_cast<int>(gridDim.x) / kC;
-  int unit = static_cast<int>(blockIdx.x) / kC;
-  uint32_t raw[kRowChunks][4];
-  load_qk_unit<Cfg>(p, unit, raw);
-  uint32_t sign_bits = 0;
-  if constexpr (Cfg::kHadamard) {
-    compute_sign_words<Cfg::kHeadDim, Cfg::kNumThreads>(p.seed, s_signs);
-    __syncthreads();  // s_signs
-    sign_bits = thread_sign_bits<Cfg::kHeadDim>(s_signs, static_cast<int>(threadIdx.x % 32) % row_lanes(Cfg::kHeadDim));
-  }
-  // Every CTA of the cluster runs before any writes another's shared memory (CUDA programming guide, "Distributed
-  // shared memory"); all of them take the same units, so the loop below meets the same barriers everywhere.
-  if constexpr (kC > 1) cluster_sync();
-  for (int i = 0; unit < p.qk_units; ++i, unit += clusters) {
-    const int next = unit + clusters;
-    if (unit < p.q_clusters) {
-      quantize_qk_unit<Cfg, typename Cfg::QBlocks>(p, q_tensor(p), unit, next, raw, sign_bits, s_amax[i & 1]);
-    } else {
-      quantize_qk_unit<Cfg, typename Cfg::KBlocks>(p, k_tensor(p), unit - p.q_clusters, next, raw, sign_bits,
-                                                   s_amax[i & 1]);
     }
   }
 }
@@ -414,7 +357,7 @@ template <class Cfg>
 __device__ __forceinline__ void quantize_fp8_pass(const Params& p) {
   static_assert(Cfg::kNumThreads == 32 * Cfg::kWarps, "whole warps");
   static_assert(Cfg::kHeadDim % 64 == 0 && Cfg::kHeadDimV % 64 == 0, "head dims 64, 128, 256");
-  __shared__ float s_amax[2][Cfg::kClusterSize * Cfg::kWarps];  // kPassQk: two sets, alternating per unit
+  __shared__ float s_amax[Cfg::kClusterSize * Cfg::kWarps];
   __shared__ uint32_t s_signs[8];
   // The V passes share one buffer (geometry.cpp: smem_bytes): kPassVAmax's channel table, kPassVQuant's d_major chunk.
   constexpr int kVTableBytes = 4 * Cfg::kWarps * Cfg::kHeadDimV;
@@ -430,7 +373,12 @@ __device__ __forceinline__ void quantize_fp8_pass(const Params& p) {
     for (long long i = static_cast<long long>(blockIdx.x) * Cfg::kNumThreads + threadIdx.x; i < p.v_descale_count;
          i += static_cast<long long>(gridDim.x) * Cfg::kNumThreads)
       p.v_descale[i] = 0.0f;
-    quantize_qk<Cfg>(p, s_amax, s_signs);
+    const int cluster = static_cast<int>(blockIdx.x / Cfg::kClusterSize);
+    if (cluster < p.q_clusters) {
+      quantize_qk_blocks<Cfg, typename Cfg::QBlocks>(p, q_tensor(p), cluster, s_amax, s_signs);
+    } else {
+      quantize_qk_blocks<Cfg, typename Cfg::KBlocks>(p, k_tensor(p), cluster - p.q_clusters, s_amax, s_signs);
+    }
   } else if (p.pass == kPassVAmax) {
     v_channel_amax<Cfg>(p, s_vmax);
   } else {
