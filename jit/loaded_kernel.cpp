@@ -33,34 +33,6 @@ CUfunction LoadedKernel::function_for(CUcontext ctx) {
   return f;
 }
 
-int LoadedKernel::resident_ctas(CUcontext ctx) {
-  const CUfunction f = function_for(ctx);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = resident_ctas_.find(ctx);
-  if (it != resident_ctas_.end()) return it->second;
-  const int cluster = launch_.cluster_x > 1 ? launch_.cluster_x : 1;
-  CUlaunchConfig config{};
-  config.gridDimX = static_cast<unsigned>(cluster);
-  config.gridDimY = 1;
-  config.gridDimZ = 1;
-  config.blockDimX = static_cast<unsigned>(launch_.num_threads);
-  config.blockDimY = 1;
-  config.blockDimZ = 1;
-  config.sharedMemBytes = static_cast<unsigned>(launch_.smem_bytes);
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.clusterDim.x = static_cast<unsigned>(cluster);
-  attr.value.clusterDim.y = 1;
-  attr.value.clusterDim.z = 1;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  int clusters = 0;
-  check_cu(driver().cuOccupancyMaxActiveClusters(&clusters, f, &config), "cuOccupancyMaxActiveClusters");
-  const int ctas = (clusters > 0 ? clusters : 1) * cluster;
-  resident_ctas_.emplace(ctx, ctas);
-  return ctas;
-}
-
 void launch_kernel(CUfunction function, const LaunchInvariants& launch, unsigned grid_x, void* params, CUstream stream,
                    const char* what) {
   CUlaunchConfig config{};

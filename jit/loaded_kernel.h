@@ -27,10 +27,6 @@ class LoadedKernel {
 
   /// The function for `ctx`, with its dynamic shared-memory limit raised (once per context).
   CUfunction function_for(CUcontext ctx);
-  /// How many CTAs of this kernel (its block, shared memory and cluster) `ctx`'s device holds at once, in whole
-  /// clusters (cuOccupancyMaxActiveClusters, asked once per context): the grid of a persistent kernel, which must
-  /// not exceed it (a cluster that waits for a second wave would double the call's time); at least one cluster.
-  int resident_ctas(CUcontext ctx);
 
  private:
   std::shared_ptr<const CompiledKernel> compiled_;
@@ -39,7 +35,6 @@ class LoadedKernel {
   CUkernel kernel_ = nullptr;
   std::mutex mu_;
   std::map<CUcontext, CUfunction> functions_;
-  std::map<CUcontext, int> resident_ctas_;
 };
 
 /// cuLaunchKernelEx of `function` on `stream` with grid (grid_x, 1, 1), the block, shared memory and

@@ -12,7 +12,6 @@
 
 #include <cuda.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -205,18 +204,6 @@ CUresult fake_cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int va
 }
 CUresult fake_cuFuncGetAttribute(int* value, CUfunction_attribute, CUfunction) { *value = 0; return CUDA_SUCCESS; }
 
-// Clusters resident at once: two CTAs of up to 1024 threads per SM (a model; the real driver knows the GPCs).
-CUresult fake_cuOccupancyMaxActiveClusters(int* clusters, CUfunction f, const CUlaunchConfig* c) {
-  if (clusters == nullptr || c == nullptr || f == nullptr || c->blockDimX == 0) return CUDA_ERROR_INVALID_VALUE;
-  unsigned cluster = 1;
-  for (unsigned i = 0; i < c->numAttrs; ++i)
-    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) cluster = c->attrs[i].value.clusterDim.x;
-  const int device = static_cast<int>(reinterpret_cast<uintptr_t>(f) >> 32);
-  const int per_sm = std::max(1, 2048 / static_cast<int>(c->blockDimX));
-  *clusters = (132 - 18 * device) * std::min(per_sm, 2) / static_cast<int>(cluster);
-  return CUDA_SUCCESS;
-}
-
 CUresult fake_cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   if (c == nullptr || params == nullptr || extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -369,7 +356,7 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
       FAKE_ENTRY(cuCtxGetCurrent), FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuStreamGetCtx),
       FAKE_ENTRY(cuLibraryLoadData), FAKE_ENTRY(cuLibraryUnload), FAKE_ENTRY(cuLibraryGetKernel),
       FAKE_ENTRY(cuKernelGetFunction), FAKE_ENTRY(cuFuncSetAttribute), FAKE_ENTRY(cuFuncGetAttribute),
-      FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuOccupancyMaxActiveClusters), FAKE_ENTRY(cuTensorMapEncodeTiled), FAKE_ENTRY(cuPointerGetAttribute), FAKE_ENTRY(cuPointerGetAttributes),
+      FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuTensorMapEncodeTiled), FAKE_ENTRY(cuPointerGetAttribute), FAKE_ENTRY(cuPointerGetAttributes),
       FAKE_ENTRY(cuMemAlloc), FAKE_ENTRY(cuMemFree), FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoH),
       FAKE_ENTRY(cuMemsetD8), FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamIsCapturing), FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamDestroy), FAKE_ENTRY(cuCtxSynchronize),
       FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventRecord), FAKE_ENTRY(cuEventSynchronize),
