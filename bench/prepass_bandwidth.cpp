@@ -2,7 +2,9 @@
 // the time of pre-pass + e4m3 attention against the attention alone, with V written as it is (the kernel transposes
 // it) and written transposed (v_layout d_major, the d_major kernel):
 //
-//   build/fa3jit_prepass_bandwidth [--json PATH]
+//   build/fa3jit_prepass_bandwidth [--json PATH] [--head-dim 128|256] [--hadamard yes|no]
+//
+// --head-dim and --hadamard keep only those rows (a profiler's first launches are then the row's three passes).
 //
 // Shapes: FA3's benchmark convention, 16k tokens and hidden 2048 (batch 2 x seqlen 8192 x 16 heads x d128, and
 // batch 2 x 8192 x 8 heads x d256), MHA. Bytes counted: the 16-bit inputs read once and the e4m3 outputs written
@@ -11,6 +13,7 @@
 // of the H200 is about 4.3 TB/s (bench/NOTES.md).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -39,10 +42,19 @@ double median_ms(const std::function<void()>& fn) { return time_calls(fn, 5, 30)
 
 int main(int argc, char** argv) {
   std::string json_path;
+  int64_t only_head_dim = 0;  // 0: both
+  int only_hadamard = -1;     // -1: both
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--json PATH]\n", argv[0]);
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+      json_path = argv[++i];
+    } else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc &&
+               (!std::strcmp(argv[i + 1], "128") || !std::strcmp(argv[i + 1], "256"))) {
+      only_head_dim = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--hadamard") && i + 1 < argc &&
+               (!std::strcmp(argv[i + 1], "yes") || !std::strcmp(argv[i + 1], "no"))) {
+      only_hadamard = !std::strcmp(argv[++i], "yes") ? 1 : 0;
+    } else {
+      std::fprintf(stderr, "usage: %s [--json PATH] [--head-dim 128|256] [--hadamard yes|no]\n", argv[0]);
       return 2;
     }
   }
@@ -57,6 +69,7 @@ int main(int argc, char** argv) {
                 "prepass_ms", "GB/s", "of_4.3", "attn_ms", "total_ms", "prepass%");
     for (int64_t d : {128, 256})
       for (bool d_major : {false, true}) {
+      if (only_head_dim != 0 && d != only_head_dim) continue;
       const int64_t batch = 2, seqlen = 8192, heads = 2048 / d;
       // 16-bit inputs (FA3 Table 3 distribution) and the e4m3 outputs, all contiguous; with d_major, v8 transposed
       // (batch, heads, d, keys) for the d_major attention kernel, whose tile the descale blocks follow.
@@ -109,6 +122,7 @@ int main(int argc, char** argv) {
       const double attn_ms = median_ms([&] { af::forward(rt, f, nullptr); });
       for (bool hadamard : {false, true})
         for (qf::Rope rope : {qf::Rope::kNone, qf::Rope::kNeox}) {
+          if (only_hadamard != -1 && hadamard != (only_hadamard == 1)) continue;
           qf::QuantizeOptions o;
           o.hadamard = hadamard;
           o.rope = rope;
