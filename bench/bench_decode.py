@@ -202,19 +202,15 @@ def make_calls(torch, fa3jit, fa3_call, q, k, v, seqlens, column, args):
     if column == "fa3jit_ck":
         # The same call with workspace_zeroed 0 in its struct: a split is merged by the combine kernel, as before the
         # split kernel could merge (fa3jit.h: workspace_zeroed). An A/B column; the package itself always passes 1.
-        # Its workspaces are its own: a call with workspace_zeroed 0 keeps partials where the zeroed ones keep their
-        # split counters.
         from fa3jit import serving
         params = getattr(serving._local, "params", None) or serving._thread_params()
-        own_workspaces = {}
 
         def call():
-            zeroed_workspaces = serving._workspaces
-            params[0].workspace_zeroed, serving._workspaces = 0, own_workspaces
+            params[0].workspace_zeroed = 0
             try:
                 return fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True)
             finally:
-                params[0].workspace_zeroed, serving._workspaces = 1, zeroed_workspaces
+                params[0].workspace_zeroed = 1
         return call
     if column in PAGE_SIZES:
         generator = torch.Generator().manual_seed(PAGE_SIZES[column])

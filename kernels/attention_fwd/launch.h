@@ -128,8 +128,8 @@ struct ForwardArgs {
   int pack_gqa = -1;
   void* workspace = nullptr;     // workspace_size(args) bytes, 16-byte aligned, owned by the caller
   size_t workspace_bytes = 0;
-  /// The workspace was zero when allocated and has since been only the workspace of fa3jit calls with workspace_zeroed
-  /// (of any shapes, one call in flight on it at a time; a call without it keeps partials where these keep counters): its first kSplitCounterBytes are split counters, zero as every call leaves them,
+  /// The workspace was zero when allocated and has since been only the workspace of fa3jit calls (of any shapes, one
+  /// call in flight on it at a time): its first kSplitCounterBytes are split counters, zero as every call leaves them,
   /// and everything else a call keeps there lies after them (workspace_size counts them). A split call then merges
   /// its partials in the split kernel, the last CTA of each row block (device/epilogue.cuh: merge_splits), and
   /// launches no combine kernel, when its row blocks fit the counters (kSplitCounterBytes / 4 per split). false: no

@@ -52,23 +52,16 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-/// fence.acq_rel at GPU scope (PTX ISA, membar/fence): with the CTA barrier before it, the release that makes every
-/// thread's partial stores visible before the arrival count; after the count, the acquire of the other CTAs' partials.
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
 /// Split-KV merged in the kernel (Params::split_counters non-null; launch.cpp decides per call): once every consumer
 /// thread of this CTA has stored its partial rows, one thread counts the CTA in on its row block's counter, and the CTA
 /// of the split that arrives last merges the row block: per row that holds a query, L = log(sum_s exp(L_s)) and
 /// O = sum_s exp(L_s - L) O_s over the splits' partials, all fp32 (FlashDecoding; the attention_combine kernel's math,
 /// kernels/attention_combine/device/combine.cuh), then out and lse as the unsplit epilogue writes them; it sets the
-/// counter back to zero for the next call on the workspace. Memory ordering as CUTLASS's semaphores: the consumers'
-/// barrier, then one thread's fence.acq_rel.gpu and atomic (release; the fence is cumulative over the stores the
-/// barrier ordered before it), and in the last CTA the same fence after the atomic (acquire) before the barrier that
-/// hands the news on; loads through L2 (.cg). A warp merges one row at a time in one pass over the splits, 32 at a
-/// time (a lane's LSE each): the running maximum, the sum of exp(L_s - max) and the O accumulator rescaled as the
-/// maximum grows (online softmax, FA2), with the O vectors of kUnroll splits loaded together with the LSEs, before
-/// their weights are known (an empty split's O is never added: a select, not a multiply), so a decode step's few rows
-/// take one L2 round trip after the arrival.
+/// counter back to zero for the next call on the workspace. Memory ordering: the threadfence-reduction pattern (CUDA
+/// C++ Programming Guide, "Memory Fence Functions"): each thread's partial stores, __threadfence, a barrier, the
+/// arrival by one atomic; in the last CTA __threadfence after it, then loads through L2. A warp merges one row at a
+/// time, its lanes across the splits' LSEs and across the row's 16-byte vectors, so a decode step's few rows (one
+/// token x the GQA group) take one L2 round trip for the LSEs and one per kUnroll splits for O.
 template <class Cfg>
 __device__ __forceinline__ void merge_splits(const SmemLayout<Cfg>& sm, const TileWork& w, const Params& params,
                                              const RowMap<Cfg>& rows, int lse_batch) {
@@ -76,7 +69,7 @@ __device__ __forceinline__ void merge_splits(const SmemLayout<Cfg>& sm, const Ti
   constexpr int kWarps = kThreads / 32;
   constexpr int kVecsPerRow = Cfg::kHeadDimV / 4;
   constexpr int kVecs = (kVecsPerRow + 31) / 32;    // 16-byte vectors of a row per lane
-  constexpr int kUnroll = kVecs >= 16 ? 1 : 16 / kVecs;  // splits whose O a lane holds at once: 64 floats
+  constexpr int kUnroll = kVecs >= 16 ? 1 : 16 / kVecs;  // splits in flight per lane: 64 floats
   constexpr float kLog2e = 1.4426950408889634f;
   static_assert(Cfg::kHeadDimV % 4 == 0, "rows of whole 16-byte vectors");
   const float neg_inf = -__int_as_float(0x7f800000);
@@ -84,20 +77,18 @@ __device__ __forceinline__ void merge_splits(const SmemLayout<Cfg>& sm, const Ti
   const int lane = tid % 32;
   const int num_splits = params.num_splits;
 
-  named_barrier_sync(kBarrierSplitMerge, kThreads);  // every consumer thread's partial stores issued
+  __threadfence();  // release: this thread's partial stores, before the CTA's arrival below
+  named_barrier_sync(kBarrierSplitMerge, kThreads);
   if (tid == 0) {
     int* counter = params.split_counters + static_cast<int>(blockIdx.x) % tiles_per_split<Cfg>(params);
-    fence_acq_rel_gpu();  // release
     const bool last = atomicAdd(counter, 1) == num_splits - 1;
-    if (last) {
-      *counter = 0;  // every split has arrived: zero again for the next call on this workspace
-      fence_acq_rel_gpu();  // acquire: the other splits' partials
-    }
+    if (last) *counter = 0;  // every split has arrived: zero again for the next call on this workspace
     // Q's first word: every consumer's last S = Q.K^T has completed (the barrier above), and Q is loaded once.
     st_shared_u32(sm.q(), last ? 1u : 0u);
   }
   named_barrier_sync(kBarrierSplitMerge, kThreads);
   if (ld_shared_u32(sm.q()) == 0u) return;
+  __threadfence();  // acquire: the other splits' partials, stored before their arrivals
 
   const int64_t lse_split = static_cast<int64_t>(lse_batch) * params.num_heads * params.seqlen_q;
   const int64_t o_split = lse_split * Cfg::kHeadDimV;
@@ -110,57 +101,55 @@ __device__ __forceinline__ void merge_splits(const SmemLayout<Cfg>& sm, const Ti
     const float* o_row =
         params.out_partial +
         ((static_cast<int64_t>(w.seq.q_batch) * params.seqlen_q + query) * params.num_heads + head) * Cfg::kHeadDimV;
-    float m = neg_inf, z = 0.f;  // running max of L_s, sum of exp(L_s - m)
-    float acc[kVecs][4];         // sum of exp(L_s - m) O_s
+    // L: the splits' LSEs 32 at a time, one per lane, merged as (max, sum of exp(L_s - max)) pairs.
+    float m = neg_inf, z = 0.f;
+    for (int s0 = 0; s0 < num_splits; s0 += 32) {
+      const float l = s0 + lane < num_splits ? load_partial_lse(lse_row + (s0 + lane) * lse_split) : neg_inf;
+      const float mc = warp_max(l);
+      if (mc == neg_inf) continue;  // warp-uniform: no key in these splits
+      const float zc = warp_sum(l == neg_inf ? 0.f : exp2f((l - mc) * kLog2e));
+      const float mn = fmaxf(m, mc);
+      z = z * exp2f((m - mn) * kLog2e) + zc * exp2f((mc - mn) * kLog2e);  // exp2(-inf) = 0 for the first chunk
+      m = mn;
+    }
+    // No key in any split: O = 0 and L = -inf, as the unsplit kernel writes a row that sees no key. z >= 1 otherwise.
+    const float lse = m == neg_inf ? neg_inf : m + __logf(z);
+    float acc[kVecs][4];
 #pragma unroll
     for (int v = 0; v < kVecs; ++v)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[v][e] = 0.f;
-    for (int s0 = 0; s0 < num_splits; s0 += 32) {
+    for (int s0 = 0; s0 < num_splits && lse != neg_inf; s0 += 32) {
+      // Lane j's weight is split s0 + j's; 0 for an empty split, whose partial O is never read.
+      const float l = s0 + lane < num_splits ? load_partial_lse(lse_row + (s0 + lane) * lse_split) : neg_inf;
+      const float weight = l == neg_inf ? 0.f : exp2f((l - lse) * kLog2e);
       const int count = min(32, num_splits - s0);
-      const float l = lane < count ? load_partial_lse(lse_row + (s0 + lane) * lse_split) : neg_inf;
       for (int u0 = 0; u0 < count; u0 += kUnroll) {
+        float wu[kUnroll];
         float x[kUnroll][kVecs][4];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
+        for (int u = 0; u < kUnroll; ++u) {
+          wu[u] = __shfl_sync(0xffffffffu, weight, (u0 + u) & 31);
+          if (u0 + u >= count) wu[u] = 0.f;
 #pragma unroll
           for (int v = 0; v < kVecs; ++v) {
             const int vec = lane + 32 * v;
-            if (u0 + u < count && vec < kVecsPerRow) {
+            if (wu[u] != 0.f && vec < kVecsPerRow) {
               load_partial_o4(o_row + (s0 + u0 + u) * o_split + 4 * vec, x[u][v]);
             } else {
 #pragma unroll
               for (int e = 0; e < 4; ++e) x[u][v][e] = 0.f;
             }
           }
-        if (u0 == 0) {  // the chunk's LSEs: a new maximum rescales what was summed so far
-          const float mc = warp_max(l);
-          const float mn = fmaxf(m, mc);
-          if (mn != neg_inf) {  // warp-uniform; -inf - -inf would be NaN
-            const float rescale = exp2f((m - mn) * kLog2e);  // 0 while nothing was summed (m = -inf)
-            z = z * rescale + warp_sum(l == neg_inf ? 0.f : exp2f((l - mn) * kLog2e));
-#pragma unroll
-            for (int v = 0; v < kVecs; ++v)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[v][e] *= rescale;
-            m = mn;
-          }
         }
-        // Lane j holds split s0 + j's weight exp(L - m); 0 for an empty split, whose O (garbage) is skipped.
-        const float weight = l == neg_inf || m == neg_inf ? 0.f : exp2f((l - m) * kLog2e);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const float wu = __shfl_sync(0xffffffffu, weight, (u0 + u) & 31);
+        for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
           for (int v = 0; v < kVecs; ++v)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[v][e] = wu != 0.f ? fmaf(wu, x[u][v][e], acc[v][e]) : acc[v][e];
-        }
+            for (int e = 0; e < 4; ++e) acc[v][e] = fmaf(wu[u], x[u][v][e], acc[v][e]);
       }
     }
-    // No key in any split: O = 0 and L = -inf, as the unsplit kernel writes a row that sees no key. z >= 1 otherwise.
-    const float lse = m == neg_inf ? neg_inf : m + __logf(z);
-    const float inv_z = m == neg_inf ? 0.f : 1.f / z;
     uint16_t* out_row = static_cast<uint16_t*>(params.out) + offset3(w.seq.q_batch, params.out_stride_batch, query,
                                                                      params.out_stride_seq, head, params.out_stride_head);
 #pragma unroll
@@ -168,8 +157,8 @@ __device__ __forceinline__ void merge_splits(const SmemLayout<Cfg>& sm, const Ti
       const int vec = lane + 32 * v;
       if (vec < kVecsPerRow) {
         asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(out_row + 4 * vec),
-                     "r"(pack_half2<Cfg::kOutIsBf16>(acc[v][0] * inv_z, acc[v][1] * inv_z)),
-                     "r"(pack_half2<Cfg::kOutIsBf16>(acc[v][2] * inv_z, acc[v][3] * inv_z))
+                     "r"(pack_half2<Cfg::kOutIsBf16>(acc[v][0], acc[v][1])),
+                     "r"(pack_half2<Cfg::kOutIsBf16>(acc[v][2], acc[v][3]))
                      : "memory");
       }
     }

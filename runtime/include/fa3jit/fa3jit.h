@@ -290,9 +290,8 @@ typedef struct fa3jit_forward_params {
    * positions of keys past seqlen_k hold finite values (fa3jit_quantize_fp8 writes zeros there). */
   int32_t v_layout;
   /* ---- in the struct's former tail padding (reserved, 0); fa3jit_forward_params_init sets 0 ---- */
-  /* 1: `workspace` was zero when allocated and has since been only the workspace of fa3jit calls with
-   * workspace_zeroed 1 (any shapes, one call in flight on it at a time; a call with 0 keeps partials where these keep
-   * their counters). Its first 64 KiB then hold split counters that every call leaves zero
+  /* 1: `workspace` was zero when allocated and has since been only the workspace of fa3jit calls (any shapes, one
+   * call in flight on it at a time). Its first 64 KiB then hold split counters that every call leaves zero
    * (fa3jit_attention_workspace_size counts them, and everything else a call keeps in the workspace lies after them),
    * so a split call merges its partials in the split kernel itself (the CTA that finishes a row block's last split)
    * and launches no combine kernel: one launch per call, and no combine kernel's start-up on the stream. A reusable
