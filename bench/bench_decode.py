@@ -11,8 +11,6 @@ seqlen_k), random normal inputs. Cells (batch, seqlen_k, num_heads / num_heads_k
 Columns:
   fa3jit       fa3jit.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=..., causal=True): contiguous
                (batch, seqlen_k, num_heads_kv, head_dim) caches, num_splits=0 (its heuristic), pack_gqa=None
-  fa3jit ck    the fa3jit column's call with its split merged by the combine kernel (workspace_zeroed 0), where
-               the package's calls merge in the split kernel (a zeroed workspace kept per stream): the A/B of the two
   fa3jit p1    the same cache as a pool of 1-row pages in shuffled order behind page_table= (the gather kernels:
                the producer copies rows with cp.async)
   fa3jit p16   the same with 16-row pages (TMA boxes of 16 rows)
@@ -63,10 +61,10 @@ HEAD_DIM = 128
 CELLS = [(64, 8192, 32, 8), (256, 4096, 32, 8), (8, 32768, 64, 8), (1, 131072, 32, 8),
          (1, 1024, 32, 8), (16, 1024, 32, 8), (1, 4096, 32, 8), (16, 4096, 32, 8)]
 QUICK_CELLS = [(16, 4096, 32, 8), (64, 8192, 32, 8)]
-FA3JIT_COLUMNS = ("fa3jit", "fa3jit_ck", "fa3jit_p1", "fa3jit_p16", "fa3jit_p64", "fa3jit_p128")
+FA3JIT_COLUMNS = ("fa3jit", "fa3jit_p1", "fa3jit_p16", "fa3jit_p64", "fa3jit_p128")
 PEERS = ("fa3", "cudnn")
 COLUMNS = FA3JIT_COLUMNS + PEERS
-NAMES = {"fa3jit": "fa3jit", "fa3jit_ck": "fa3jit ck", "fa3jit_p1": "fa3jit p1", "fa3jit_p16": "fa3jit p16", "fa3jit_p64": "fa3jit p64",
+NAMES = {"fa3jit": "fa3jit", "fa3jit_p1": "fa3jit p1", "fa3jit_p16": "fa3jit p16", "fa3jit_p64": "fa3jit p64",
          "fa3jit_p128": "fa3jit p128", "fa3": "FA3", "cudnn": "cuDNN"}
 PAGE_SIZES = {"fa3jit_p1": 1, "fa3jit_p16": 16, "fa3jit_p64": 64, "fa3jit_p128": 128}
 MAX_ABS_DIFF = 2e-2
@@ -199,19 +197,6 @@ def make_calls(torch, fa3jit, fa3_call, q, k, v, seqlens, column, args):
     """A zero-argument call for one column, or raises with the reason it cannot run."""
     if column == "fa3jit":
         return lambda: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True)
-    if column == "fa3jit_ck":
-        # The same call with workspace_zeroed 0 in its struct: a split is merged by the combine kernel, as before the
-        # split kernel could merge (fa3jit.h: workspace_zeroed). An A/B column; the package itself always passes 1.
-        from fa3jit import serving
-        params = getattr(serving._local, "params", None) or serving._thread_params()
-
-        def call():
-            params[0].workspace_zeroed = 0
-            try:
-                return fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True)
-            finally:
-                params[0].workspace_zeroed = 1
-        return call
     if column in PAGE_SIZES:
         generator = torch.Generator().manual_seed(PAGE_SIZES[column])
         k_pool, v_pool, table = paged_cache(torch, k, v, PAGE_SIZES[column], generator)

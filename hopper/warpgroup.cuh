@@ -34,7 +34,6 @@ enum NamedBarrier : int {
   kBarrierEpilogueBase = 1,   // + consumer warpgroup index: its 128 threads before the O store (ids 1..3)
   kBarrierSchedulerBase = 4,  // + consumer warpgroup index: pingpong GEMM turns (ids 4..6)
   kBarrierOStaging = 7,       // every consumer thread before a persistent CTA stages O over the V stages
-  kBarrierSplitMerge = 8,     // every consumer thread of a split-KV CTA around its arrival (epilogue.cuh: merge_splits)
 };
 
 }  // namespace fa3jit

@@ -264,10 +264,7 @@ void check_serving_options(const fa3jit_forward_params& params) {
 
 fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller, Tensors tensors = Tensors::kRequired) {
   const fa3jit_forward_params params = current_params(caller);
-  if (params.workspace_zeroed != 0 && params.workspace_zeroed != 1)
-    invalid(fmt::format("params.workspace_zeroed is {}; expected 0 or 1 (a library from before the field reads it as "
-                        "its reserved 0)",
-                        params.workspace_zeroed));
+  check_reserved(params.reserved, "fa3jit_forward_params");
   if (params.causal != 0 && params.causal != 1) invalid(fmt::format("params.causal is {}; expected 0 or 1", params.causal));
   if (!std::isfinite(params.softmax_scale))
     invalid(fmt::format("params.softmax_scale is {}; expected a finite value (0 = 1/sqrt(head_dim))",
@@ -296,7 +293,6 @@ fa3jit::attention_fwd::ForwardArgs to_args(const fa3jit_forward_params& caller, 
   args.causal = params.causal != 0;
   args.workspace = params.workspace;
   args.workspace_bytes = params.workspace_bytes;
-  args.workspace_zeroed = params.workspace_zeroed == 1;
   // Serving layouts: passed through; their shapes and combinations are checked by the launch path.
   check_serving_options(params);
   args.cu_seqlens_q = params.cu_seqlens_q;
@@ -469,6 +465,7 @@ fa3jit_status fa3jit_attention_workspace_size(fa3jit_runtime* runtime, const fa3
     check_runtime(runtime, "fa3jit_attention_workspace_size");
     if (params == nullptr || bytes == nullptr) invalid("fa3jit_attention_workspace_size: params or bytes is NULL");
     const fa3jit_forward_params current = current_params(*params);
+    check_reserved(current.reserved, "fa3jit_forward_params");
     check_serving_options(current);
     // Without a split the size depends on the shape class alone (a causal persistent grid's tile counter), so
     // sizing the workspace of such a call needs no tensors and no driver, as before the serving fields.

@@ -1,8 +1,6 @@
 // A serving batch on the device (serving_problem.h).
 #include "testing/serving_problem.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 #include "jit/driver.h"
 
@@ -101,35 +99,6 @@ void ServingProblem::run(Runtime& runtime) {
   check_cu(driver().cuCtxSynchronize(nullptr), "cuCtxSynchronize after the serving forward");
   d_out.download(out.data(), out.size() * sizeof(uint16_t));
   d_lse.download(lse.data(), lse.size() * sizeof(float));
-}
-
-bool ServingProblem::run_zeroed(Runtime& runtime, DeviceBuffer& shared) {
-  attention_fwd::ForwardArgs a = args();
-  a.workspace_zeroed = true;
-  plan = attention_fwd::plan_info(a);
-  const size_t workspace = attention_fwd::workspace_size(a);
-  const size_t counters = static_cast<size_t>(attention_fwd::kSplitCounterBytes);
-  if (workspace > shared.bytes()) {
-    shared = DeviceBuffer(workspace);
-    shared.fill_bytes(0);
-  }
-  d_out.fill_bytes(0xFF);
-  d_lse.fill_bytes(0xFF);
-  if (shared.bytes() > counters)
-    check_cu(driver().cuMemsetD8(reinterpret_cast<CUdeviceptr>(shared.get()) + counters, 0xFF, shared.bytes() - counters),
-             "cuMemsetD8 (poisoning the workspace past the split counters)");
-  if (workspace > 0) {
-    a.workspace = shared.get();
-    a.workspace_bytes = shared.bytes();
-  }
-  attention_fwd::forward(runtime, a, nullptr);
-  check_cu(driver().cuCtxSynchronize(nullptr), "cuCtxSynchronize after the serving forward");
-  d_out.download(out.data(), out.size() * sizeof(uint16_t));
-  d_lse.download(lse.data(), lse.size() * sizeof(float));
-  if (shared.bytes() < counters) return true;  // no split: the call kept nothing in the workspace
-  std::vector<int32_t> left(counters / 4);
-  shared.download(left.data(), counters);
-  return std::all_of(left.begin(), left.end(), [](int32_t c) { return c == 0; });
 }
 
 }  // namespace fa3jit::testing

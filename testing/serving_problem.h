@@ -26,13 +26,6 @@ class ServingProblem {
   /// and lse into the images.
   void run(Runtime& runtime);
 
-  /// The same call with a zeroed workspace shared by every call given it (ForwardArgs::workspace_zeroed: a split
-  /// merges in the split kernel): `shared` grows, zeroed, when the call needs more; its bytes past the split counters
-  /// are poisoned first (what other calls left there). Records plan_info in `plan`, launches once on the default
-  /// stream, synchronises, downloads out and lse into the images, and returns whether every split counter is zero
-  /// again afterwards (the invariant the next call on the workspace relies on).
-  bool run_zeroed(Runtime& runtime, DeviceBuffer& shared);
-
   ServingCheck check(const RowSampling& sampling) const { return check_serving(batch, out, lse, sampling); }
 
   ServingBatch batch;

@@ -468,27 +468,24 @@ int64_t partial_rows(const CallShape& s) {
                          0, "the workspace size");
 }
 
-// Workspace of a call, from `base` on:
+// Workspace of a call:
 //  - split: fp32 out_partial (num_splits, rows, head_dim_v), then fp32 lse_partial (num_splits, rows) at the next
 //    16-byte boundary (attention_combine/params.h); required;
 //  - causal persistent grid: the dynamic tile scheduler's int32 counter (device/kernel.cuh: PersistentTiles), which
 //    the launch zeroes on the stream; optional: without it the grid runs a static order (device/scheduler.cuh).
-// (A persistent grid never splits: spec.h persistent_conflict.) base is 0, or with a zeroed workspace
-// (ForwardArgs::workspace_zeroed) kSplitCounterBytes: the split counters come first, so that no call's partials or
-// tile counter ever land on them, whatever shapes share the workspace.
+// (A persistent grid never splits: spec.h persistent_conflict.)
 struct WorkspaceLayout {
-  int64_t base, lse_offset, bytes;
+  int64_t lse_offset, bytes;
   bool tile_counter;
 };
-WorkspaceLayout workspace_layout(const Spec& spec, const CallShape& s, int num_splits, bool zeroed) {
-  const int64_t base = zeroed ? kSplitCounterBytes : 0;
-  if (spec.persistent && spec.causal) return {base, base, base + kTileCounterBytes, true};
-  if (num_splits <= 1) return {0, 0, 0, false};
+WorkspaceLayout workspace_layout(const Spec& spec, const CallShape& s, int num_splits) {
+  if (spec.persistent && spec.causal) return {0, kTileCounterBytes, true};
+  if (num_splits <= 1) return {0, 0, false};
   const int64_t rows = checked_mul_add(partial_rows(s), num_splits, 0, "the workspace size");
-  const int64_t o_bytes = checked_mul_add(checked_mul_add(rows, s.head_dim_v, 0, "the workspace size"), 4, base,
+  const int64_t o_bytes = checked_mul_add(checked_mul_add(rows, s.head_dim_v, 0, "the workspace size"), 4, 0,
                                           "the workspace size");
   const int64_t lse_offset = (o_bytes + 15) / 16 * 16;
-  return {base, lse_offset, checked_mul_add(rows, 4, lse_offset, "the workspace size"), false};
+  return {lse_offset, checked_mul_add(rows, 4, lse_offset, "the workspace size"), false};
 }
 
 // An int32 tensor of `count` elements that only the GPU reads (cu_seqlens, seqused_k, page_table).
@@ -572,11 +569,10 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   DescaleRanges descales;
   if (a.dtype == DType::kE4m3) descales = check_descales(spec, a, s, device, out, lse);
 
-  const WorkspaceLayout ws = workspace_layout(spec, s, num_splits, a.workspace_zeroed);
+  const WorkspaceLayout ws = workspace_layout(spec, s, num_splits);
   float* out_partial = nullptr;
   float* lse_partial = nullptr;
   int* tile_counter = nullptr;
-  int* split_counters = nullptr;
   // The tile counter is optional: a workspace of 0 bytes (or none) runs the static order.
   if (ws.bytes > 0 && ((a.workspace != nullptr && a.workspace_bytes > 0) || !ws.tile_counter)) {
     if (a.workspace == nullptr || a.workspace_bytes < static_cast<size_t>(ws.bytes))
@@ -593,16 +589,11 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
       bad_argument("argument workspace overlaps q, k, v, out or lse");
     if (w.overlaps(descales.q) || w.overlaps(descales.k) || w.overlaps(descales.v) || w.overlaps(sinks))
       bad_argument("argument workspace overlaps q_descale, k_descale, v_descale or sinks");
-    char* base = static_cast<char*>(a.workspace);
     if (ws.tile_counter) {
-      tile_counter = reinterpret_cast<int*>(base + ws.base);
+      tile_counter = static_cast<int*>(a.workspace);
     } else {
-      out_partial = reinterpret_cast<float*>(base + ws.base);
-      lse_partial = reinterpret_cast<float*>(base + ws.lse_offset);
-      // One counter per row block of a split (device/epilogue.cuh: merge_splits); more row blocks than counters run
-      // the combine kernel.
-      if (a.workspace_zeroed && sched.num_tiles / num_splits <= kSplitCounterBytes / 4)
-        split_counters = reinterpret_cast<int*>(base);
+      out_partial = static_cast<float*>(a.workspace);
+      lse_partial = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + ws.lse_offset);
     }
   }
 
@@ -674,7 +665,6 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   p.num_splits = num_splits;
   p.out_partial = out_partial;
   p.lse_partial = lse_partial;
-  p.split_counters = split_counters;
   p.out = a.out.data;
   p.out_stride_batch = a.out.stride_batch;
   p.out_stride_seq = a.out.stride_seq;
@@ -684,7 +674,7 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   p.softcap_log2 = spec.softcap ? s.softcap_log2 : 1.0f;
   p.sinks = a.sinks;
 
-  if (num_splits > 1 && split_counters == nullptr) {
+  if (num_splits > 1) {
     attention_combine::CombineArgs c;
     c.out_dtype = s.out_dtype;
     c.num_splits = num_splits;
@@ -985,8 +975,7 @@ CallPlanInfo plan_info(const ForwardArgs& args) {
   info.spec = class_spec(choice.key);
   info.num_splits = choice.num_splits;
   info.pack_gqa = info.spec.pack_gqa;
-  info.workspace_bytes =
-      static_cast<size_t>(workspace_layout(info.spec, shape, choice.num_splits, args.workspace_zeroed).bytes);
+  info.workspace_bytes = static_cast<size_t>(workspace_layout(info.spec, shape, choice.num_splits).bytes);
   return info;
 }
 
@@ -998,8 +987,7 @@ CallPlanInfo plan_info(const Kernel& kernel, const ForwardArgs& args) {
   info.spec = kernel.spec();
   info.num_splits = kernel_splits(kernel, args, shape, ordinal);
   info.pack_gqa = info.spec.pack_gqa;
-  info.workspace_bytes =
-      static_cast<size_t>(workspace_layout(info.spec, shape, info.num_splits, args.workspace_zeroed).bytes);
+  info.workspace_bytes = static_cast<size_t>(workspace_layout(info.spec, shape, info.num_splits).bytes);
   return info;
 }
 

@@ -128,20 +128,10 @@ struct ForwardArgs {
   int pack_gqa = -1;
   void* workspace = nullptr;     // workspace_size(args) bytes, 16-byte aligned, owned by the caller
   size_t workspace_bytes = 0;
-  /// The workspace was zero when allocated and has since been only the workspace of fa3jit calls (of any shapes, one
-  /// call in flight on it at a time): its first kSplitCounterBytes are split counters, zero as every call leaves them,
-  /// and everything else a call keeps there lies after them (workspace_size counts them). A split call then merges
-  /// its partials in the split kernel, the last CTA of each row block (device/epilogue.cuh: merge_splits), and
-  /// launches no combine kernel, when its row blocks fit the counters (kSplitCounterBytes / 4 per split). false: no
-  /// assumption about the workspace's bytes.
-  bool workspace_zeroed = false;
 };
 
 /// Most KV splits a call may use (the combine kernel's largest max_splits).
 inline constexpr int kMaxSplits = 256;
-/// Bytes of split counters at the start of a zeroed workspace (ForwardArgs::workspace_zeroed): one int32 per row block
-/// of a split.
-inline constexpr int64_t kSplitCounterBytes = 64 * 1024;
 /// Workspace bytes of a causal persistent grid's tile counter (launch.cpp: workspace_layout): an int32, 16 so that a
 /// caller's 16-byte alignment rule holds for it too.
 inline constexpr int64_t kTileCounterBytes = 16;

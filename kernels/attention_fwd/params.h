@@ -64,8 +64,6 @@ namespace fa3jit::attention_fwd {
   FIELD(int, num_splits)     /* >= 1; > 1: partials into out_partial / lse_partial */                   \
   FIELD(float*, out_partial) /* fp32 (num_splits, lse_batch, seqlen_q, num_heads, head_dim_v) */        \
   FIELD(float*, lse_partial) /* fp32 (num_splits, lse_batch, num_heads, seqlen_q) */                    \
-  FIELD(int*, split_counters) /* split-KV merged in the kernel: one per warp of each row block, zero at launch */ \
-                             /* and left zero (device/epilogue.cuh: merge_splits); null: the combine kernel */ \
   FIELD(void*, out)          /* out's base: the epilogue's own stores (varlen_q, pack_gqa) */            \
   FIELD(long long, out_stride_batch) /* elements */                                                     \
   FIELD(long long, out_stride_seq)                                                                      \

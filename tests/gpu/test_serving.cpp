@@ -7,9 +7,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
-#include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -45,52 +42,17 @@ int64_t uniform(std::mt19937_64& gen, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(gen);
 }
 
-/// Distance in units in the last place of two 16-bit floats (sign-magnitude encodings: the integer distance of the
-/// magnitudes, or their sum across zero); equal bits (the same NaN poison) are 0 apart.
-int ulps_apart(uint16_t a, uint16_t b) {
-  if (a == b) return 0;
-  const int ma = a & 0x7fff, mb = b & 0x7fff;
-  return (a ^ b) & 0x8000 ? ma + mb : std::abs(ma - mb);
-}
-
-/// The workspace shared by every run_zeroed call of this binary: zeroed once, then reused by calls of all shapes.
-testing::DeviceBuffer& shared_zeroed_workspace() {
-  static testing::DeviceBuffer workspace;
-  return workspace;
-}
-
-/// Runs one serving batch, prints one line and checks every sequence; returns whether it passed. Then the same call
-/// with the shared zeroed workspace (a split merges in the split kernel instead of the combine kernel): its out and
-/// lse must equal the first run's within 2 units in the last place of out (the same fp32 merge, summed in another
-/// order) and 1e-5 relative in lse, NaN poison where the first run left it, and every split counter is zero again.
+/// Runs one serving batch, prints one line and checks every sequence; returns whether it passed.
 bool run_case(const ServingShape& shape, uint64_t seed, RowSampling sampling = {}) {
   ServingProblem p(shape, seed);
   p.run(runtime());
   sampling.block_m = p.plan.spec.block_m;
   const testing::ServingCheck c = p.check(sampling);
-  const std::vector<uint16_t> out = p.out;
-  const std::vector<float> lse = p.lse;
-  const bool counters_zero = p.run_zeroed(runtime(), shared_zeroed_workspace());
-  int max_ulps = 0;
-  double max_lse_diff = 0.0;
-  for (size_t i = 0; i < out.size(); ++i) max_ulps = std::max(max_ulps, ulps_apart(out[i], p.out[i]));
-  for (size_t i = 0; i < lse.size(); ++i) {
-    uint32_t a, b;
-    std::memcpy(&a, &lse[i], 4);
-    std::memcpy(&b, &p.lse[i], 4);
-    if (a == b) continue;
-    const double diff = std::abs(static_cast<double>(lse[i]) - p.lse[i]) / std::max(1.0, std::abs(double{lse[i]}));
-    max_lse_diff = std::max(max_lse_diff, std::isnan(diff) ? 1.0 : diff);
-  }
-  const bool merged_agrees = max_ulps <= 2 && max_lse_diff <= 1e-5 && counters_zero;
-  std::printf("%-100s | ran splits %d pack_gqa %d | %s | zeroed workspace: %d ulp, lse %.1e%s\n",
-              shape.describe().c_str(), p.plan.num_splits, p.plan.pack_gqa ? 1 : 0, format_check(c).c_str(), max_ulps,
-              max_lse_diff, counters_zero ? "" : ", COUNTERS LEFT NON-ZERO");
-  INFO(shape.describe() << " | " << format_check(c) << " | zeroed workspace: " << max_ulps << " ulp, lse "
-                        << max_lse_diff << (counters_zero ? "" : ", counters left non-zero"));
+  std::printf("%-100s | ran splits %d pack_gqa %d | %s\n", shape.describe().c_str(), p.plan.num_splits,
+              p.plan.pack_gqa ? 1 : 0, format_check(c).c_str());
+  INFO(shape.describe() << " | " << format_check(c));
   CHECK(c.passed);
-  CHECK(merged_agrees);
-  return c.passed && merged_agrees;
+  return c.passed;
 }
 
 void report(const char* what, int passed, int total) { std::printf("%s: %d of %d batches passed\n", what, passed, total); }

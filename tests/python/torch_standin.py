@@ -98,9 +98,6 @@ class Tensor:
     def new_empty(self, shape, dtype=None):
         return _empty(shape, self.dtype if dtype is None else dtype, self.device)
 
-    def new_zeros(self, shape, dtype=None):
-        return _full(shape, 0, self.dtype if dtype is None else dtype, self.device)
-
     def zero_(self):
         self.filled = 0.0
         return self
@@ -149,10 +146,7 @@ torch.full = _full
 torch.ones = lambda shape, dtype, device: _full(shape, 1.0, dtype, device)
 torch.tensor = tensor_of
 torch.contiguous_format = object()
-# CAPTURING[0]: what torch._C._cuda_isCurrentStreamCapturing() answers (a test sets it to stand for CUDA-graph capture).
-CAPTURING = [False]
-torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151,
-                                 _cuda_isCurrentStreamCapturing=lambda: CAPTURING[0])
+torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151)
 torch.cuda = types.SimpleNamespace(device_count=lambda: 1)
 
 

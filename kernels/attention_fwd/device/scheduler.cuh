@@ -43,22 +43,15 @@ __device__ __forceinline__ TileCoord tile_at(int m_block, int head_batch, int sp
   return t;
 }
 
-/// Tiles of one split: row blocks x heads x batch ("head" the KV head with pack_gqa).
-template <class Cfg>
-__device__ __forceinline__ int tiles_per_split(const Params& p) {
-  return p.num_m_blocks * (Cfg::kPackGqa ? p.num_heads_kv : p.num_heads) * p.batch;
-}
-
-/// Tile of CTA `linear`. Tiles of one split come together (split outermost), so CTA linear % tiles_per_split runs the
-/// same row block in every split; inside a split, the order above over (m_block, head, batch), where "head" is the KV
-/// head with pack_gqa (its M tile holds the whole group).
+/// Tile of CTA `linear`. Tiles of one split come together (split outermost); inside a split, the order above over
+/// (m_block, head, batch), where "head" is the KV head with pack_gqa (its M tile holds the whole group).
 template <class Cfg>
 __device__ __forceinline__ TileCoord tile_for(int linear, const Params& p) {
   const int num_m = p.num_m_blocks;
   const int heads = Cfg::kPackGqa ? p.num_heads_kv : p.num_heads;
   int split = 0;
   if constexpr (Cfg::kSplitKv) {
-    const int per_split = tiles_per_split<Cfg>(p);
+    const int per_split = num_m * heads * p.batch;
     split = linear / per_split;
     linear -= split * per_split;
   }

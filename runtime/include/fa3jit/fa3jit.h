@@ -192,8 +192,8 @@ typedef struct fa3jit_scale {
  * then synchronises and reports the first bad value (kernels/attention_fwd/index_check.h).
  * Split-KV and GQA packing: num_splits > 1 (or 0, the heuristic, when it picks more than one) cuts each row
  * block's keys into ranges run by separate CTAs, whose fp32 partials go to `workspace` and are merged by the
- * combine kernel that the call launches itself, on the same stream, or with workspace_zeroed by the split kernel's
- * last CTA of each row block: size the workspace with fa3jit_attention_workspace_size. pack_gqa shares one M tile between the query heads of a KV head.
+ * combine kernel that the call launches itself, on the same stream: size the workspace with
+ * fa3jit_attention_workspace_size. pack_gqa shares one M tile between the query heads of a KV head.
  *
  * Growth (ABI version 2 still): the fields from out_dtype on were appended with e4m3, those from cu_seqlens_q
  * on for serving. A caller compiled against an older header passes the struct_size it knew:
@@ -289,16 +289,10 @@ typedef struct fa3jit_forward_params {
    * (>= seqlen_k_pad), and the keys of every aligned group of 16 in the order of fa3jit_fp8_key_positions; the
    * positions of keys past seqlen_k hold finite values (fa3jit_quantize_fp8 writes zeros there). */
   int32_t v_layout;
-  /* ---- in the struct's former tail padding (reserved, 0); fa3jit_forward_params_init sets 0 ---- */
-  /* 1: `workspace` was zero when allocated and has since been only the workspace of fa3jit calls (any shapes, one
-   * call in flight on it at a time). Its first 64 KiB then hold split counters that every call leaves zero
-   * (fa3jit_attention_workspace_size counts them, and everything else a call keeps in the workspace lies after them),
-   * so a split call merges its partials in the split kernel itself (the CTA that finishes a row block's last split)
-   * and launches no combine kernel: one launch per call, and no combine kernel's start-up on the stream. A reusable
-   * workspace for a stream or for a CUDA graph, zeroed once (cuMemsetD8, or inside the graph), is this case.
-   * 0: no assumption about the workspace's bytes (the combine kernel merges). Another value: INVALID_ARGUMENT; a
-   * library from before the field reads it as its reserved 0 and rejects 1 (INVALID_ARGUMENT). */
-  int32_t workspace_zeroed;
+  /* 0 (fa3jit_forward_params_init). The struct's tail padding made explicit: the place of the next int32 field, so
+   * that a newer caller's value there reaches this library as a non-zero reserved (INVALID_ARGUMENT) instead of
+   * unseen padding. A caller that fills the struct without fa3jit_forward_params_init or memset must zero it. */
+  int32_t reserved;
 } fa3jit_forward_params;
 
 /* Zero-fills *params, sets struct_size, out_dtype = FA3JIT_DTYPE_DEFAULT (quant NONE, descales NULL), the

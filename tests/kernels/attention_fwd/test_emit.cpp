@@ -95,7 +95,7 @@ TEST_CASE("e4m3 kernels use k32 e4m3 wgmma, K-major V and the producer's transpo
 TEST_CASE("the unit checks Params' layout field by field against the host's", "[generator][params]") {
   const KernelSource src = emit_json(R"({"dtype":"bf16","head_dim":64})");
   const std::vector<FieldLayout> fields = params_layout();
-  REQUIRE(fields.size() == 55);
+  REQUIRE(fields.size() == 54);
   CHECK(src.code.find(fmt::format("static_assert(sizeof(fa3jit::attention_fwd::Params) == {}", sizeof(Params))) !=
         std::string::npos);
   for (const FieldLayout& f : fields) {

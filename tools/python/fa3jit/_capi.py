@@ -179,8 +179,7 @@ class ForwardParams(ctypes.Structure):
         ("sinks", ctypes.c_void_p),
         # Appended for a transposed V (fa3jit.h: fa3jit_v_layout); FORWARD_PARAMS_SIZE_BEFORE_V_LAYOUT leaves it out.
         ("v_layout", ctypes.c_int32),
-        # In the former tail padding (fa3jit.h): 1 = the workspace's split counters are zero (a reused, zeroed one).
-        ("workspace_zeroed", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),  # 0: the tail padding made explicit (fa3jit.h)
     ]
 
     def __init__(self, **fields: Any):

@@ -8,9 +8,7 @@ and fa3jit does not implement yet raises NotImplementedError naming the argument
 
 Per call, Python checks what the library cannot see (torch dtypes, ranks, that k and v agree, the index tensors'
 dtype, rank and contiguity, one device for all), asks the library for the workspace size when the call may split
-(num_splits != 1) and takes it from the zeroed workspace kept for torch's current stream (grown with torch's caching
-allocator on q's device when a call needs more; a zeroed tensor of its own under CUDA-graph capture), so that a split
-merges its partials in the split kernel (fa3jit.h: workspace_zeroed), then packs one struct and calls
+(num_splits != 1) and allocates it with torch's caching allocator on q's device, then packs one struct and calls
 fa3jit_attention_forward on torch's current stream. Strides, extents, head counts and head dims are the library's
 checks, which name the argument. The index tensors' values are never read on the host (the kernel clamps them),
 except where a max_seqlen_* argument is left None (one device-to-host copy: pass it in a serving loop and under
@@ -37,18 +35,10 @@ _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
 METADATA_LENGTH = 2
 # Per thread: (ForwardParams, its address, a c_size_t for the workspace size and its byref).
 _local = threading.local()
-# Per (device index, raw stream): the zeroed workspace every call on that stream reuses outside CUDA-graph capture
-# (fa3jit.h: workspace_zeroed; each call leaves its split counters zero, and the stream orders the calls). It grows
-# when a call needs more (a fresh zeroed tensor on that stream; the caching allocator reuses the old one only in that
-# stream's order). Under capture each call takes a zeroed tensor of its own from the graph's pool instead, so no two
-# graphs, nor a graph and the stream's later calls, share one.
-_workspaces: dict = {}
-_MIB = 1 << 20
 
 
 def _thread_params() -> Tuple[_capi.ForwardParams, int, ctypes.c_size_t, Any]:
     params = _capi.ForwardParams()
-    params.workspace_zeroed = 1  # every workspace these calls pass is zeroed once and reused, or zeroed fresh
     size = ctypes.c_size_t()
     entry = (params, ctypes.addressof(params), size, ctypes.byref(size))
     _local.params = entry
@@ -470,39 +460,22 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
     if context is not None:
         context.__enter__()
     try:
-        stream = _attention._current_stream(device)
-        if num_splits != 1 or causal:  # a split's partials and counters; a dense causal call's tile counter
+        if num_splits != 1 or causal:  # a split's partials; a dense causal call's tile counter
             status = _capi.library().fa3jit_attention_workspace_size(runtime_handle, address, size_ref)
             if status:
                 raise _capi.error_for(status, "fa3jit_attention_workspace_size")
             if size.value:
-                # Referenced by this frame until the launch is queued (or captured).
-                workspace = _workspace(q, device, stream, size.value)
-                _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), workspace.shape[0])
-        status = _attention._attention_forward(runtime_handle, None, address, stream)
+                # Kept alive by this frame until the launch is queued; the caching allocator reuses it only in
+                # the order of q's current stream, where the kernels that read it run.
+                workspace = q.new_empty((size.value,), dtype=torch.uint8)
+                _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), size.value)
+        status = _attention._attention_forward(runtime_handle, None, address, _attention._current_stream(device))
     finally:
         if context is not None:
             context.__exit__(None, None, None)
     if status:
         raise _capi.error_for(status, "fa3jit_attention_forward")
     return result
-
-
-def _workspace(q: Any, device: int, stream: int, nbytes: int) -> Any:
-    """A zeroed uint8 workspace of at least nbytes for a call on `stream` (see _workspaces)."""
-    torch = _attention._torch
-    if torch._C._cuda_isCurrentStreamCapturing():
-        # From the graph's pool and zeroed by a node of the graph at every replay; the graph's later nodes may reuse
-        # the memory after the call's kernels, in the graph's order.
-        return q.new_zeros((nbytes,), dtype=torch.uint8)
-    key = (device, stream)
-    workspace = _workspaces.get(key)
-    if workspace is None or workspace.shape[0] < nbytes:
-        # Not in a warmed-up call: the first on this stream, or larger shapes than any before (whole MiB, so that
-        # slowly growing batches do not reallocate at every step).
-        workspace = q.new_zeros(((nbytes + _MIB - 1) // _MIB * _MIB,), dtype=torch.uint8)
-        _workspaces[key] = workspace
-    return workspace
 
 
 def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any = None,
