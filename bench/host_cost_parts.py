@@ -112,7 +112,7 @@ def best_ns(fn, launches):
 
 # The workspace-size query alone, through ctypes, on the params of a paged split call.
 fa3jit.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=seqlens, page_table=page_table)
-params, address, size, size_ref = __import__("fa3jit.serving", fromlist=["_local"])._local.params
+params, address, size, size_ref, _ = __import__("fa3jit.serving", fromlist=["_local"])._local.params
 handle = attention._runtime_handle
 workspace_size = _capi.library().fa3jit_attention_workspace_size
 PIECES.append(("fa3jit_attention_workspace_size (ctypes)", lambda: workspace_size(handle, address, size_ref)))

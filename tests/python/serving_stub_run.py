@@ -13,10 +13,12 @@ import ctypes
 import math
 import os
 import sys
+import threading
 
 ROOT = sys.argv[1]
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import torch_standin  # noqa: E402
 from torch_standin import ALLOCATIONS, Device, Tensor, tensor_of, install  # noqa: E402
 
 torch = install(ROOT)
@@ -107,19 +109,44 @@ assert p.lse == lse.data_ptr() and p.softmax_scale == 0.0
 assert (p.out_dtype, p.quant, p.q_descale.data) == (_capi.DTYPE_DEFAULT, _capi.QUANT_NONE, None)
 assert (p.cu_seqlens_q, p.max_seqlen_q, p.cu_seqlens_k, p.max_seqlen_k) == (cu_q.data_ptr(), 239, cu_k.data_ptr(), 400)
 assert p.seqused_k is None and p.page_table is None and (p.max_pages, p.num_pages, p.page_size) == (0, 0, 0)
-# num_splits 0 (the heuristic) may split: the workspace is sized through the C ABI and allocated with torch.
+# num_splits 0 (the heuristic) may split: the workspace is sized through the C ABI and taken from the thread's
+# workspace for the stream, allocated with torch on the first call (whole MiB).
 assert (p.num_splits, p.pack_gqa) == (0, -1)
 assert len(SIZE_QUERIES) == 1 and SIZE_QUERIES[-1].num_splits == 0 and SIZE_QUERIES[-1].workspace is None
 workspace = ALLOCATIONS[-1]
-assert workspace.shape == (WORKSPACE_BYTES,) and workspace.dtype is torch.uint8 and workspace.device == q.device
-assert (p.workspace, p.workspace_bytes) == (workspace.data_ptr(), WORKSPACE_BYTES)
+assert workspace.shape == (1 << 20,) and workspace.dtype is torch.uint8 and workspace.device == q.device
+assert (p.workspace, p.workspace_bytes) == (workspace.data_ptr(), 1 << 20)
 assert CALLS[-1][3] == 0x5151 and CALLS[-1][1] is None  # torch's current stream; the tile table's kernel
+# The next call on the stream reuses it: no allocation but its output.
+allocated = len(ALLOCATIONS)
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+assert [t.dtype for t in ALLOCATIONS[allocated:]] == [bf] and last_call().workspace == workspace.data_ptr()
+# A call needing more than it holds gets a larger one; later calls reuse that.
+WORKSPACE_BYTES = (1 << 20) + 16
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+grown = ALLOCATIONS[-1]
+assert grown.shape == (2 << 20,) and (last_call().workspace, last_call().workspace_bytes) == (grown.data_ptr(), 2 << 20)
+# Another thread has a workspace of its own for the same stream.
+worker = threading.Thread(target=lambda: fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239,
+                                                                        max_seqlen_k=400, causal=True))
+worker.start()
+worker.join()
+assert last_call().workspace not in (workspace.data_ptr(), grown.data_ptr())
+# Under CUDA-graph capture each call takes a workspace of its own, of the size asked.
+torch_standin.CAPTURING[0] = True
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+captured = ALLOCATIONS[-1]
+assert captured.shape == (WORKSPACE_BYTES,) and captured is not grown
+assert (last_call().workspace, last_call().workspace_bytes) == (captured.data_ptr(), WORKSPACE_BYTES)
+torch_standin.CAPTURING[0] = False
+WORKSPACE_BYTES = 4096
+queries = len(SIZE_QUERIES)
 
 # num_splits 1, not causal: no workspace, no size query; pack_gqa and softmax_scale reach the struct; a given out is used.
 out_given = Tensor((total_q, heads, d), bf)
 result = fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 239, 400, softmax_scale=0.5, num_splits=1,
                                        pack_gqa=True, out=out_given)
-assert result is out_given and len(SIZE_QUERIES) == 1
+assert result is out_given and len(SIZE_QUERIES) == queries
 p = last_call()
 assert (p.num_splits, p.pack_gqa, p.softmax_scale, p.workspace, p.workspace_bytes) == (1, 1, 0.5, None, 0)
 assert p.out.data == out_given.data_ptr() and p.lse is None

@@ -146,7 +146,10 @@ torch.full = _full
 torch.ones = lambda shape, dtype, device: _full(shape, 1.0, dtype, device)
 torch.tensor = tensor_of
 torch.contiguous_format = object()
-torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151)
+# CAPTURING[0]: what torch._C._cuda_isCurrentStreamCapturing() answers (a test sets it to stand for CUDA-graph capture).
+CAPTURING = [False]
+torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151,
+                                 _cuda_isCurrentStreamCapturing=lambda: CAPTURING[0])
 torch.cuda = types.SimpleNamespace(device_count=lambda: 1)
 
 

@@ -8,8 +8,9 @@ and fa3jit does not implement yet raises NotImplementedError naming the argument
 
 Per call, Python checks what the library cannot see (torch dtypes, ranks, that k and v agree, the index tensors'
 dtype, rank and contiguity, one device for all), asks the library for the workspace size when the call may split
-(num_splits != 1) and allocates it with torch's caching allocator on q's device, then packs one struct and calls
-fa3jit_attention_forward on torch's current stream. Strides, extents, head counts and head dims are the library's
+(num_splits != 1) and takes it from the workspace the calling thread keeps for torch's current stream (allocated,
+or grown, with torch's caching allocator on q's device; one of its own per call under CUDA-graph capture), then packs
+one struct and calls fa3jit_attention_forward on torch's current stream. Strides, extents, head counts and head dims are the library's
 checks, which name the argument. The index tensors' values are never read on the host (the kernel clamps them),
 except where a max_seqlen_* argument is left None (one device-to-host copy: pass it in a serving loop and under
 CUDA-graph capture). To debug a wrong answer, run with FA3JIT_CHECK_INDICES=1 in the environment: every call then
@@ -33,14 +34,20 @@ _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
 _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
 # Elements of get_scheduler_metadata's tensor: (num_splits, pack_gqa).
 METADATA_LENGTH = 2
-# Per thread: (ForwardParams, its address, a c_size_t for the workspace size and its byref).
+# Per thread: (ForwardParams, its address, a c_size_t for the workspace size and its byref, and the thread's
+# workspaces: {(device index, raw stream): uint8 tensor}). A thread reuses one workspace per stream outside CUDA-graph
+# capture: its calls on that stream run in the order it queued them, each call's kernels (split, combine) queued
+# together, so no call's partials meet another's; another thread queuing on the same stream between them has a
+# workspace of its own. A workspace grows (a fresh tensor on that stream; the caching allocator reuses the old one only
+# in that stream's order) when a call needs more. Under capture each call allocates its own from the graph's pool.
 _local = threading.local()
+_MIB = 1 << 20
 
 
-def _thread_params() -> Tuple[_capi.ForwardParams, int, ctypes.c_size_t, Any]:
+def _thread_params() -> Tuple[_capi.ForwardParams, int, ctypes.c_size_t, Any, dict]:
     params = _capi.ForwardParams()
     size = ctypes.c_size_t()
-    entry = (params, ctypes.addressof(params), size, ctypes.byref(size))
+    entry = (params, ctypes.addressof(params), size, ctypes.byref(size), {})
     _local.params = entry
     return entry
 
@@ -442,9 +449,9 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
     else:
         q_strides, o_strides = q_stride[:3], o_stride[:3]
     try:
-        params, address, size, size_ref = _local.params
+        params, address, size, size_ref, workspaces = _local.params
     except AttributeError:
-        params, address, size, size_ref = _thread_params()
+        params, address, size, size_ref, workspaces = _thread_params()
     _pack_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
                  batch, seqlen_q, kv.seqlen_k, num_heads, kv.num_heads_kv, head_dim, kv.head_dim_v,
                  q.data_ptr(), *q_strides, k.data_ptr(), *kv.k_strides, v.data_ptr(), *kv.v_strides,
@@ -460,22 +467,38 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
     if context is not None:
         context.__enter__()
     try:
+        stream = _attention._current_stream(device)
         if num_splits != 1 or causal:  # a split's partials; a dense causal call's tile counter
             status = _capi.library().fa3jit_attention_workspace_size(runtime_handle, address, size_ref)
             if status:
                 raise _capi.error_for(status, "fa3jit_attention_workspace_size")
             if size.value:
-                # Kept alive by this frame until the launch is queued; the caching allocator reuses it only in
-                # the order of q's current stream, where the kernels that read it run.
-                workspace = q.new_empty((size.value,), dtype=torch.uint8)
-                _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), size.value)
-        status = _attention._attention_forward(runtime_handle, None, address, _attention._current_stream(device))
+                # Referenced by this frame until the launch is queued (or captured).
+                workspace = _workspace(q, workspaces, device, stream, size.value)
+                _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), workspace.shape[0])
+        status = _attention._attention_forward(runtime_handle, None, address, stream)
     finally:
         if context is not None:
             context.__exit__(None, None, None)
     if status:
         raise _capi.error_for(status, "fa3jit_attention_forward")
     return result
+
+
+def _workspace(q: Any, workspaces: dict, device: int, stream: int, nbytes: int) -> Any:
+    """A uint8 workspace of at least nbytes for this thread's call on `stream` (see _local)."""
+    torch = _attention._torch
+    if torch._C._cuda_isCurrentStreamCapturing():
+        # From the graph's pool; the graph's later nodes may reuse the memory after the call's kernels, in its order.
+        return q.new_empty((nbytes,), dtype=torch.uint8)
+    key = (device, stream)
+    workspace = workspaces.get(key)
+    if workspace is None or workspace.shape[0] < nbytes:
+        # Not in a warmed-up call: the first on this stream, or larger shapes than any before (whole MiB, so that
+        # slowly growing batches do not reallocate at every step).
+        workspace = q.new_empty(((nbytes + _MIB - 1) // _MIB * _MIB,), dtype=torch.uint8)
+        workspaces[key] = workspace
+    return workspace
 
 
 def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any = None,
