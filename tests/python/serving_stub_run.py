@@ -125,8 +125,7 @@ assert [t.dtype for t in ALLOCATIONS[allocated:]] == [bf] and last_call().worksp
 WORKSPACE_BYTES = (1 << 20) + 16
 fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
 grown = ALLOCATIONS[-1]
-assert grown.shape == (2 << 20,)
-assert (last_call().workspace, last_call().workspace_bytes) == (grown.data_ptr(), 2 << 20)
+assert grown.shape == (2 << 20,) and (last_call().workspace, last_call().workspace_bytes) == (grown.data_ptr(), 2 << 20)
 # Another thread has a workspace of its own for the same stream.
 worker = threading.Thread(target=lambda: fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239,
                                                                         max_seqlen_k=400, causal=True))
@@ -421,23 +420,5 @@ expect(ValueError, ["scheduler_metadata is on cuda:1"], kvcache, qd, kp, vp, use
        scheduler_metadata=Tensor((2,), i32, device="cuda:1"))
 expect(ValueError, ["scheduler_metadata holds (num_splits, pack_gqa) = (0, 1)"], kvcache, qd, kp, vp, used, table,
        scheduler_metadata=tensor_of([0, 1], i32))
-
-# ---- flash_attn_func, causal: the tile counter's workspace is the thread's for the stream, reused ---------------
-qf, kf, vf = Tensor((2, 300, heads, d), bf), Tensor((2, 300, heads_kv, d), bf), Tensor((2, 300, heads_kv, d), bf)
-fa3jit.flash_attn_func(qf, kf, vf, causal=True)
-counter = last_call().workspace
-assert counter is not None and last_call().workspace_bytes == 16
-fa3jit.flash_attn_func(qf, kf, vf, causal=True)
-assert last_call().workspace == counter
-fa3jit.flash_attn_func(qf, kf, vf)
-assert (last_call().workspace, last_call().workspace_bytes) == (None, 0)
-worker = threading.Thread(target=lambda: fa3jit.flash_attn_func(qf, kf, vf, causal=True))
-worker.start()
-worker.join()
-assert last_call().workspace not in (None, counter)
-torch_standin.CAPTURING[0] = True
-fa3jit.flash_attn_func(qf, kf, vf, causal=True)
-assert last_call().workspace not in (None, counter) and last_call().workspace == ALLOCATIONS[-1].data_ptr()
-torch_standin.CAPTURING[0] = False
 
 print("ok")

@@ -198,7 +198,7 @@ class Tensor:
 torch.Tensor = Tensor
 torch.empty = lambda shape, dtype, device: Tensor(shape, dtype, device)
 torch.contiguous_format = object()
-torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda i: 0, _cuda_isCurrentStreamCapturing=lambda: False)
+torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda i: 0)
 torch.cuda = types.SimpleNamespace(device_count=lambda: 1)
 sys.modules["torch"] = torch
 sys.path.insert(0, ROOT + "/tools/python")

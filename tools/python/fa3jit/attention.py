@@ -61,11 +61,9 @@ _pack_params = _capi.PARAMS_CALL_STRUCT.pack_into
 _pack_workspace = _capi.WORKSPACE_STRUCT.pack_into
 _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
 # A causal call's workspace: the tile counter of a persistent grid's dynamic scheduler (fa3jit_attention_workspace_size
-# of a dense call that does not split; the library refuses a smaller one by name, and zeroes it on the call's stream
-# before the kernel). The library's attention_fwd::kTileCounterBytes (tests/python/test_capi.py compares them). Each
-# thread keeps one per (device, stream) in _local.tile_counters and reuses it: its calls on a stream run in the order
-# it queued them, and another thread's have their own; under CUDA-graph capture each call makes its own from the
-# graph's pool.
+# of a dense call that does not split; the library refuses a smaller one by name). Made per call with torch, on the
+# caller's stream: memory no other call can be using, as FA3 makes its tile_count_semaphore. The library's
+# attention_fwd::kTileCounterBytes (tests/python/test_capi.py compares them).
 _CAUSAL_WORKSPACE_BYTES = 16
 _pack_fp8_params = _capi.PARAMS_FP8_CALL_STRUCT.pack_into
 _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
@@ -589,13 +587,13 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
                      v.data_ptr(), v_sb, v_ss, v_sh,
                      out.data_ptr(), o_sb, o_ss, o_sh,
                      lse_ptr, scale)
-    device = q.get_device()
-    stream = _current_stream(device)
-    if causal:  # referenced by this frame until the launch is queued (or captured)
-        workspace = _tile_counter(q, device, stream)
+    if causal:  # held until the call returns: the caching allocator keeps it for this stream's work
+        workspace = q.new_empty((_CAUSAL_WORKSPACE_BYTES,), dtype=_uint8)
         _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), _CAUSAL_WORKSPACE_BYTES)
     else:
         _pack_workspace(params, _WORKSPACE_OFFSET, 0, 0)
+    device = q.get_device()
+    stream = _current_stream(device)
     if _current_device is not None and _current_device() != device:
         status = _forward_on_device(device, runtime_handle, kernel_handle, address, stream)
     else:
@@ -603,20 +601,6 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
     if status:
         raise _capi.error_for(status, "fa3jit_attention_forward")
     return (out, lse) if return_lse else out
-
-
-def _tile_counter(q: Any, device: int, stream: int) -> Any:
-    """The calling thread's causal workspace for `stream` (see _CAUSAL_WORKSPACE_BYTES)."""
-    if _torch._C._cuda_isCurrentStreamCapturing():
-        return q.new_empty((_CAUSAL_WORKSPACE_BYTES,), dtype=_uint8)
-    try:
-        counters = _local.tile_counters
-    except AttributeError:
-        counters = _local.tile_counters = {}
-    workspace = counters.get((device, stream))
-    if workspace is None:
-        workspace = counters[(device, stream)] = q.new_empty((_CAUSAL_WORKSPACE_BYTES,), dtype=_uint8)
-    return workspace
 
 
 def fp8_quant_blocks(head_dim: int, causal: bool = False, kernel: Optional[_capi.Kernel] = None,
