@@ -92,22 +92,23 @@ def _dtype_code(q: Any, k: Any, v: Any, names: Tuple[str, str]) -> Tuple[int, bo
     """(the kernel's fa3jit_dtype, whether q is quantised to e4m3 in the call). k and v share a dtype; a 16-bit
     cache takes a q of its dtype, a torch.float8_e4m3fn cache (FP8 KV cache) an e4m3 q or a 16-bit one."""
     kn, vn = names
-    if v.dtype is not k.dtype:
-        raise ValueError(f"{vn}.dtype is {v.dtype} but {kn}.dtype is {k.dtype}; they must match")
+    q_dtype, k_dtype, v_dtype = q.dtype, k.dtype, v.dtype  # each read once: torch attribute reads cost ~0.1 us
+    if v_dtype is not k_dtype:
+        raise ValueError(f"{vn}.dtype is {v_dtype} but {kn}.dtype is {k_dtype}; they must match")
     float8 = _attention._float8
-    if float8 is not None and k.dtype is float8:
-        if q.dtype is float8:
+    if float8 is not None and k_dtype is float8:
+        if q_dtype is float8:
             return _capi.DTYPE_E4M3, False
-        if _attention._DTYPE_CODES.get(q.dtype) in (_capi.DTYPE_FP16, _capi.DTYPE_BF16):
+        if _attention._DTYPE_CODES.get(q_dtype) in (_capi.DTYPE_FP16, _capi.DTYPE_BF16):
             return _capi.DTYPE_E4M3, True
-        raise ValueError(f"q.dtype is {q.dtype}; with a torch.float8_e4m3fn {kn} expected torch.float8_e4m3fn, or "
+        raise ValueError(f"q.dtype is {q_dtype}; with a torch.float8_e4m3fn {kn} expected torch.float8_e4m3fn, or "
                          f"torch.float16 / torch.bfloat16 (quantised to e4m3 in the call)")
-    code = _attention._DTYPE_CODES.get(q.dtype)
+    code = _attention._DTYPE_CODES.get(q_dtype)
     if code is None or code == _capi.DTYPE_E4M3:
-        raise ValueError(f"q.dtype is {q.dtype}; expected torch.float16 or torch.bfloat16 (torch.float8_e4m3fn q "
+        raise ValueError(f"q.dtype is {q_dtype}; expected torch.float16 or torch.bfloat16 (torch.float8_e4m3fn q "
                          f"needs a torch.float8_e4m3fn {kn} and {vn})")
-    if k.dtype is not q.dtype:
-        raise ValueError(f"{kn}.dtype is {k.dtype} but q.dtype is {q.dtype}; they must match")
+    if k_dtype is not q_dtype:
+        raise ValueError(f"{kn}.dtype is {k_dtype} but q.dtype is {q_dtype}; they must match")
     return code, False
 
 
@@ -192,25 +193,28 @@ def _fp8_call(q: Any, q_stride: Tuple[int, ...], quantize_q: bool, descales: Tup
     return q, q_stride, out_dtype, fields
 
 
-def _rank(t: Any, name: str, layout: str) -> None:
+def _rank(shape: Any, name: str, layout: str) -> Any:
+    """`shape` (a tensor's .shape, read once by the caller) if it has as many dimensions as `layout` names."""
     ndim = layout.count(",") + 1
-    if t.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions {layout}; got shape {tuple(t.shape)}")
+    if len(shape) != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions {layout}; got shape {tuple(shape)}")
+    return shape
 
 
 def _index_tensor(t: Any, name: str, layout: str, shape: Tuple[Optional[int], ...]) -> Any:
     """An int32 index tensor of `shape` (1 or 2 extents, None: any) whose last dimension is contiguous."""
     t = _tensor(t, name)
-    if t.dtype is not _attention._torch.int32:
-        raise ValueError(f"{name}.dtype is {t.dtype}; expected torch.int32 {layout}")
-    if t.dim() != len(shape):
-        raise ValueError(f"{name} must have {len(shape)} dimension{'s' if len(shape) > 1 else ''} {layout}; got "
-                         f"shape {tuple(t.shape)}")
+    dtype = t.dtype
+    if dtype is not _attention._torch.int32:
+        raise ValueError(f"{name}.dtype is {dtype}; expected torch.int32 {layout}")
     got = t.shape
+    if len(got) != len(shape):
+        raise ValueError(f"{name} must have {len(shape)} dimension{'s' if len(shape) > 1 else ''} {layout}; got "
+                         f"shape {tuple(got)}")
     if (shape[0] is not None and got[0] != shape[0]) or (len(shape) > 1 and shape[1] is not None and
                                                          got[1] != shape[1]):
         expected = tuple("*" if want is None else want for want in shape)
-        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {layout} = {expected}".replace("'*'", "*"))
+        raise ValueError(f"{name} has shape {tuple(got)}; expected {layout} = {expected}".replace("'*'", "*"))
     if got[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name} must be contiguous{' in its last dimension' if len(shape) > 1 else ''}; got "
                          f"strides {tuple(t.stride())}")
@@ -235,14 +239,16 @@ def _checked_options(num_splits: Any, pack_gqa: Any) -> Tuple[int, int]:
     return num_splits, 1 if pack_gqa else 0
 
 
-def _check_devices(q: Any, names: Tuple[str, ...], *tensors: Any) -> None:
-    """q on a CUDA device and each of `tensors` (None: absent) on the same one, named by `names`."""
-    if not q.is_cuda:
-        raise ValueError(f"q is on {q.device}; expected a CUDA tensor")
+def _check_devices(q: Any, names: Tuple[str, ...], *tensors: Any) -> int:
+    """q on a CUDA device and each of `tensors` (None: absent) on the same one, named by `names`; returns q's device
+    index. (get_device() is -1 for a CPU tensor, never a CUDA device's index.)"""
     device = q.get_device()
+    if device < 0:
+        raise ValueError(f"q is on {q.device}; expected a CUDA tensor")
     for name, t in zip(names, tensors):
-        if t is not None and (t.get_device() != device or not t.is_cuda):
+        if t is not None and t.get_device() != device:
             raise ValueError(f"{name} is on {t.device}; expected q's device {q.device}")
+    return device
 
 
 _VARLEN_DEVICE_NAMES = ("k", "v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "page_table", "out")
@@ -258,19 +264,20 @@ class _KV:
 def _kv_layout(k: Any, v: Any, names: Tuple[str, str], batch: int, head_dim: int, cu_seqlens_k: Any,
                seqused_k: Any, page_table: Any, seqused_name: str) -> _KV:
     """Checks k and v in one of the three layouts (dense, packed varlen, paged) and the index tensors that go
-    with it; no device access."""
+    with it; no device access. Each tensor attribute is read once."""
     kn, vn = names
     kv = _KV()
     kv.cu_seqlens_k = kv.page_table = None
     kv.page_table_stride = kv.max_pages = kv.num_pages = kv.page_size = 0
+    k_shape, v_shape = k.shape, v.shape
     if page_table is not None:
         if cu_seqlens_k is not None:
             raise ValueError("cu_seqlens_k and page_table are exclusive: a paged cache holds its keys in pages")
         layout = "(num_pages, page_size, num_heads_kv, head_dim)"
-        _rank(k, kn, layout)
-        _rank(v, vn, layout.replace("head_dim)", "head_dim_v)"))
+        _rank(k_shape, kn, layout)
+        _rank(v_shape, vn, layout.replace("head_dim)", "head_dim_v)"))
         kv.page_table = _index_tensor(page_table, "page_table", "(batch, max_pages_per_sequence)", (batch, None))
-        kv.num_pages, kv.page_size = k.shape[0], k.shape[1]
+        kv.num_pages, kv.page_size = k_shape[0], k_shape[1]
         if kv.page_size < 1:
             raise ValueError(f"page_size ({kn}.shape[1]) is {kv.page_size}; expected at least one key per page")
         kv.max_pages = kv.page_table.shape[1]
@@ -280,29 +287,31 @@ def _kv_layout(k: Any, v: Any, names: Tuple[str, str], batch: int, head_dim: int
         kv.has_keys = kv.num_pages > 0 and kv.max_pages > 0
     elif cu_seqlens_k is not None:
         layout = "(total_k, num_heads_kv, head_dim)"
-        _rank(k, kn, layout)
-        _rank(v, vn, layout.replace("head_dim)", "head_dim_v)"))
+        _rank(k_shape, kn, layout)
+        _rank(v_shape, vn, layout.replace("head_dim)", "head_dim_v)"))
         kv.cu_seqlens_k = _index_tensor(cu_seqlens_k, "cu_seqlens_k", "(batch + 1,)", (batch + 1,))
-        kv.seqlen_k = kv.capacity = k.shape[0]
+        kv.seqlen_k = kv.capacity = k_shape[0]
         kv.has_keys = kv.seqlen_k > 0
     else:
         layout = "(batch, seqlen_k, num_heads_kv, head_dim)"
-        _rank(k, kn, layout)
-        _rank(v, vn, layout.replace("head_dim)", "head_dim_v)"))
-        if k.shape[0] != batch:
-            raise ValueError(f"{kn} has shape {tuple(k.shape)}; expected {layout} with batch = {batch}")
-        kv.seqlen_k = kv.capacity = k.shape[1]
+        _rank(k_shape, kn, layout)
+        _rank(v_shape, vn, layout.replace("head_dim)", "head_dim_v)"))
+        if k_shape[0] != batch:
+            raise ValueError(f"{kn} has shape {tuple(k_shape)}; expected {layout} with batch = {batch}")
+        kv.seqlen_k = kv.capacity = k_shape[1]
         kv.has_keys = kv.seqlen_k > 0
-    if k.shape[-1] != head_dim:
-        raise ValueError(f"{kn} has shape {tuple(k.shape)}; its head_dim must be q's {head_dim}")
-    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
-        raise ValueError(f"{vn} has shape {tuple(v.shape)}; all but its last dimension must equal {kn}'s "
-                         f"{tuple(k.shape[:-1])}")
-    kv.num_heads_kv, kv.head_dim_v = k.shape[-2], v.shape[-1]
+    if k_shape[-1] != head_dim:
+        raise ValueError(f"{kn} has shape {tuple(k_shape)}; its head_dim must be q's {head_dim}")
+    if v_shape[:-1] != k_shape[:-1]:
+        raise ValueError(f"{vn} has shape {tuple(v_shape)}; all but its last dimension must equal {kn}'s "
+                         f"{tuple(k_shape[:-1])}")
+    kv.num_heads_kv, kv.head_dim_v = k_shape[-2], v_shape[-1]
     kv.seqused_k = None if seqused_k is None else _index_tensor(seqused_k, seqused_name, "(batch,)", (batch,))
     k_strides, v_strides = k.stride(), v.stride()
-    _last_dim_contiguous(k, k_strides, kn)
-    _last_dim_contiguous(v, v_strides, vn)
+    if k_strides[-1] != 1 and k_shape[-1] > 1:
+        _last_dim_contiguous(k, k_strides, kn)
+    if v_strides[-1] != 1 and v_shape[-1] > 1:
+        _last_dim_contiguous(v, v_strides, vn)
     # (stride_batch, stride_seq, stride_head) in elements; the batch stride of packed k/v is unused (0).
     if len(k_strides) == 4:
         kv.k_strides, kv.v_strides = k_strides[:3], v_strides[:3]
@@ -403,15 +412,16 @@ def _checked_variant(window_size: Any, softcap: Any, sinks: Any, num_heads: int,
 def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code: int, varlen_q: bool, batch: int,
          seqlen_q: int, num_heads: int, head_dim: int, cu_seqlens_q: Any, max_seqlen_q: int, max_seqlen_k: int,
          softmax_scale: Optional[float], causal: bool, num_splits: int, pack_gqa: int, out: Any,
-         return_lse: bool, variant: _Variant, out_dtype: Any = None, fp8_fields: Tuple[Any, ...] = _NO_FP8) -> Any:
+         return_lse: bool, variant: _Variant, device: int, q_shape: Any, out_dtype: Any = None,
+         fp8_fields: Tuple[Any, ...] = _NO_FP8) -> Any:
     """Allocates or checks out, allocates lse, the workspace when the call splits, and launches; q's shape is
-    (total_q, ...) when varlen_q, else (batch, seqlen_q, ...); q_stride is q.stride(). out_dtype: None = q's
-    (16-bit calls); e4m3 calls give it with their fp8_fields (_fp8_fields)."""
+    q_shape, (total_q, ...) when varlen_q, else (batch, seqlen_q, ...); q_stride is q.stride(); device is q's
+    (_check_devices). out_dtype: None = q's (16-bit calls); e4m3 calls give it with their fp8_fields (_fp8_fields)."""
     torch = _attention._torch
     if out_dtype is None:
         out_dtype = q.dtype
     scale = 0.0 if softmax_scale is None else _attention._checked_scale(softmax_scale)
-    out_shape = (*q.shape[:-1], kv.head_dim_v)
+    out_shape = (*q_shape[:-1], kv.head_dim_v)
     if out is None:
         # new_empty: q's dtype and device without building a torch.device per call.
         out = q.new_empty(out_shape, dtype=out_dtype)
@@ -419,8 +429,7 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
         o_stride = (row, kv.head_dim_v, 1) if varlen_q else (seqlen_q * row, row, kv.head_dim_v, 1)
     else:
         out = _tensor(out, "out")
-        if out.shape != out_shape or out.dtype is not out_dtype or out.get_device() != q.get_device() or \
-                not out.is_cuda:
+        if out.shape != out_shape or out.dtype is not out_dtype or out.get_device() != device:
             raise ValueError(f"out is {out.dtype} {tuple(out.shape)} on {out.device}; expected {out_dtype} "
                              f"{out_shape} on {q.device}")
         o_stride = out.stride()
@@ -461,7 +470,6 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
                  num_splits, pack_gqa, variant.window_left, variant.window_right, variant.softcap,
                  _ptr(variant.sinks))
     runtime_handle = _attention._runtime_handle or _attention._bind_runtime()
-    device = q.get_device()
     switch = _attention._current_device is not None and _attention._current_device() != device
     context = torch.cuda.device(device) if switch else None
     if context is not None:
@@ -567,8 +575,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     fp8 = dtype_code == _capi.DTYPE_E4M3
     if not fp8 and (q_descale is not None or k_descale is not None or v_descale is not None):
         _refuse_descales(k.dtype, ("k", "v"), q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
-    _rank(q, "q", "(total_q, num_heads, head_dim)")
-    total_q, num_heads, head_dim = q.shape
+    q_shape = _rank(q.shape, "q", "(total_q, num_heads, head_dim)")
+    total_q, num_heads, head_dim = q_shape
     if cu_seqlens_q is None:
         raise ValueError("cu_seqlens_q is None; expected (batch + 1,) torch.int32 offsets (for a dense batch use "
                          "fa3jit.flash_attn_func)")
@@ -587,7 +595,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     out = None if out is None else _tensor(out, "out")
     if scheduler_metadata is not None:
         splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
-    _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
+    device = _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
     out_dtype, fp8_fields = None, _NO_FP8
     if fp8:
         q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
@@ -600,8 +608,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     else:
         max_k = kv.capacity
     return _run(q, q_stride, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
-                softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant, out_dtype,
-                fp8_fields)
+                softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant, device, q_shape,
+                out_dtype, fp8_fields)
 
 
 def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Union[int, Any, None] = None,
@@ -670,15 +678,15 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
                          v_descale=v_descale)
     varlen_q = cu_seqlens_q is not None
     if varlen_q:
-        _rank(q, "q", "(total_q, num_heads, head_dim) with cu_seqlens_q")
-        seqlen_q, num_heads, head_dim = q.shape
+        q_shape = _rank(q.shape, "q", "(total_q, num_heads, head_dim) with cu_seqlens_q")
+        seqlen_q, num_heads, head_dim = q_shape
         cu_q = _index_tensor(cu_seqlens_q, "cu_seqlens_q", "(batch + 1,)", (None,))
         if cu_q.shape[0] < 1:
             raise ValueError("cu_seqlens_q has shape (0,); expected (batch + 1,) offsets")
         batch = cu_q.shape[0] - 1
     else:
-        _rank(q, "q", "(batch, seqlen_q, num_heads, head_dim)")
-        batch, seqlen_q, num_heads, head_dim = q.shape
+        q_shape = _rank(q.shape, "q", "(batch, seqlen_q, num_heads, head_dim)")
+        batch, seqlen_q, num_heads, head_dim = q_shape
         cu_q = None
     if isinstance(cache_seqlens, bool):
         raise TypeError("cache_seqlens: expected an int, a (batch,) torch.int32 tensor or None; got a bool")
@@ -700,7 +708,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     out = None if out is None else _tensor(out, "out")
     if scheduler_metadata is not None:
         splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
-    _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
+    device = _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
     if fill_seqlens is not None:
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
     out_dtype, fp8_fields = None, _NO_FP8
@@ -713,7 +721,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
         max_q = seqlen_q
     return _run(q, q_stride, k_cache, v_cache, kv, dtype_code, varlen_q, batch, seqlen_q, num_heads, head_dim,
                 cu_q, max_q, kv.capacity, softmax_scale, causal, splits, packing, out,
-                return_lse or return_softmax_lse, variant, out_dtype, fp8_fields)
+                return_lse or return_softmax_lse, variant, device, q_shape, out_dtype, fp8_fields)
 
 
 def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int, num_heads_q: int,
