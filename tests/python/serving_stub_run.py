@@ -139,6 +139,26 @@ captured = ALLOCATIONS[-1]
 assert captured.shape == (WORKSPACE_BYTES,) and captured is not grown
 assert (last_call().workspace, last_call().workspace_bytes) == (captured.data_ptr(), WORKSPACE_BYTES)
 torch_standin.CAPTURING[0] = False
+# ... and kept nothing: the next call outside capture reuses the stream's workspace.
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+assert last_call().workspace == grown.data_ptr()
+assert [w.data_ptr() for w in fa3jit.serving._local.params[4].values()] == [grown.data_ptr()]
+# Another current stream has a workspace of its own; back on the first, its workspace is reused.
+torch_standin.STREAM[0] = 0x6262
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+other = last_call().workspace
+assert other not in (grown.data_ptr(), captured.data_ptr()) and CALLS[-1][3] == 0x6262
+torch_standin.STREAM[0] = 0x5151
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+assert last_call().workspace == grown.data_ptr()
+# A workspace over 64 MiB (a large split prefill) is the call's own, every time; the kept one stays.
+WORKSPACE_BYTES = (64 << 20) + 16
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+large = ALLOCATIONS[-1]
+assert large.shape == (WORKSPACE_BYTES,) and last_call().workspace == large.data_ptr()
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+assert last_call().workspace == ALLOCATIONS[-1].data_ptr() != large.data_ptr()
+assert [w.data_ptr() for w in fa3jit.serving._local.params[4].values()] == [grown.data_ptr(), other]
 WORKSPACE_BYTES = 4096
 queries = len(SIZE_QUERIES)
 

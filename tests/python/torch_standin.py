@@ -146,9 +146,11 @@ torch.full = _full
 torch.ones = lambda shape, dtype, device: _full(shape, 1.0, dtype, device)
 torch.tensor = tensor_of
 torch.contiguous_format = object()
-# CAPTURING[0]: what torch._C._cuda_isCurrentStreamCapturing() answers (a test sets it to stand for CUDA-graph capture).
+# CAPTURING[0]: what torch._C._cuda_isCurrentStreamCapturing() answers (a test sets it to stand for CUDA-graph capture);
+# STREAM[0]: the raw stream _cuda_getCurrentRawStream() answers (a test sets it to stand for another current stream).
 CAPTURING = [False]
-torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0x5151,
+STREAM = [0x5151]
+torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: STREAM[0],
                                  _cuda_isCurrentStreamCapturing=lambda: CAPTURING[0])
 torch.cuda = types.SimpleNamespace(device_count=lambda: 1)
 

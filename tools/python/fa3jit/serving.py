@@ -39,9 +39,14 @@ METADATA_LENGTH = 2
 # capture: its calls on that stream run in the order it queued them, each call's kernels (split, combine) queued
 # together, so no call's partials meet another's; another thread queuing on the same stream between them has a
 # workspace of its own. A workspace grows (a fresh tensor on that stream; the caching allocator reuses the old one only
-# in that stream's order) when a call needs more. Under capture each call allocates its own from the graph's pool.
+# in that stream's order) when a call needs more, up to _KEPT_WORKSPACE_BYTES (decode steps need far less); a call
+# that needs more allocates its own, as does each call under CUDA-graph capture (from the graph's pool). Not for a
+# call made where torch allocates from a private pool without capturing (a CUDA-graph tree's warm-up in
+# torch.compile's reduce-overhead mode): these functions are no torch ops, so a compiled caller runs them outside the
+# graph (a graph break); a caller who wraps them in an op of its own under such a mode needs a workspace per call.
 _local = threading.local()
 _MIB = 1 << 20
+_KEPT_WORKSPACE_BYTES = 64 * _MIB
 
 
 def _thread_params() -> Tuple[_capi.ForwardParams, int, ctypes.c_size_t, Any, dict]:
@@ -241,9 +246,10 @@ def _checked_options(num_splits: Any, pack_gqa: Any) -> Tuple[int, int]:
 
 def _check_devices(q: Any, names: Tuple[str, ...], *tensors: Any) -> int:
     """q on a CUDA device and each of `tensors` (None: absent) on the same one, named by `names`; returns q's device
-    index. (get_device() is -1 for a CPU tensor, never a CUDA device's index.)"""
+    index. The others are compared by index alone (-1 for a CPU tensor): memory of another accelerator with the same
+    index is refused by the library, whose pointer checks name the argument."""
     device = q.get_device()
-    if device < 0:
+    if device < 0 or not q.is_cuda:
         raise ValueError(f"q is on {q.device}; expected a CUDA tensor")
     for name, t in zip(names, tensors):
         if t is not None and t.get_device() != device:
@@ -499,12 +505,14 @@ def _workspace(q: Any, workspaces: dict, device: int, stream: int, nbytes: int) 
     if torch._C._cuda_isCurrentStreamCapturing():
         # From the graph's pool; the graph's later nodes may reuse the memory after the call's kernels, in its order.
         return q.new_empty((nbytes,), dtype=torch.uint8)
+    if nbytes > _KEPT_WORKSPACE_BYTES:  # a large split prefill: its own, so no thread keeps gigabytes for good
+        return q.new_empty((nbytes,), dtype=torch.uint8)
     key = (device, stream)
     workspace = workspaces.get(key)
     if workspace is None or workspace.shape[0] < nbytes:
         # Not in a warmed-up call: the first on this stream, or larger shapes than any before (whole MiB, so that
         # slowly growing batches do not reallocate at every step).
-        workspace = q.new_empty(((nbytes + _MIB - 1) // _MIB * _MIB,), dtype=torch.uint8)
+        workspace = q.new_empty((min(_KEPT_WORKSPACE_BYTES, (nbytes + _MIB - 1) // _MIB * _MIB),), dtype=torch.uint8)
         workspaces[key] = workspace
     return workspace
 
@@ -540,7 +548,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     causal: bottom-right aligned per sequence: query i of a sequence of Lq queries and Lk keys sees key j iff
     j <= i + Lk - Lq; a row that sees no key gets out = 0 and lse = -inf. softmax_scale: None = 1/sqrt(head_dim).
     num_splits: 0 = the heuristic, 1 = no split, > 1 = that many KV splits (FlashDecoding; the partials go to a
-    workspace allocated here with torch on q's device and are merged on the same stream). pack_gqa: None = the
+    workspace on q's device that the calling thread keeps per stream, up to 64 MiB, and reuses; allocated with torch
+    per call when larger and under CUDA-graph capture; they are merged on the same stream). pack_gqa: None = the
     heuristic, True / False. GQA/MQA: num_heads a multiple of num_heads_kv.
     window_size (left, right): sliding window, query i sees keys i + Lk - Lq - left .. i + Lk - Lq + right, -1 =
     unbounded on that side; with causal, right must be -1 or 0. softcap > 0: scores become
@@ -644,7 +653,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     causal: bottom-right aligned per sequence (query i of Lq sees cache key j iff j <= i + Lk - Lq, Lk its
     cache_seqlens), a row that sees no key gets out = 0 and lse = -inf. softmax_scale: None = 1/sqrt(head_dim).
     num_splits: 0 = the heuristic (FlashAttention-3's default here), 1 = no split, > 1 = that many KV splits (the
-    partials go to a workspace allocated here with torch and are merged on the same stream). pack_gqa: None =
+    partials go to a workspace as in flash_attn_varlen_func and are merged on the same stream). pack_gqa: None =
     the heuristic, True / False. window_size, softcap and sinks as in flash_attn_varlen_func. All tensors on one
     CUDA device; runs asynchronously on torch's current stream.
     Forward only; not a torch op yet (under torch.compile the call is a graph break).
