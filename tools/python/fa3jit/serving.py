@@ -11,9 +11,9 @@ dtype, rank and contiguity, one device for all), asks the library for the worksp
 (num_splits != 1) and takes it from the workspace the calling thread keeps for torch's current stream (allocated,
 or grown, with torch's caching allocator on q's device, up to 64 MiB; a call's own when larger and under CUDA-graph
 capture), then packs one struct and calls fa3jit_attention_forward on torch's current stream. Strides, extents, head
-counts and head dims are the library's checks, which name the argument. The index tensors' values are never read on the host (the kernel clamps them),
-except where a max_seqlen_* argument is left None (one device-to-host copy: pass it in a serving loop and under
-CUDA-graph capture). To debug a wrong answer, run with FA3JIT_CHECK_INDICES=1 in the environment: every call then
+counts and head dims are the library's checks, which name the argument. The index tensors' values are never read on
+the host (the kernel clamps them), except where a max_seqlen_* argument is left None (one device-to-host copy: pass it
+in a serving loop and under CUDA-graph capture). To debug a wrong answer, run with FA3JIT_CHECK_INDICES=1 in the environment: every call then
 synchronises and the library checks the index tensors' values (offsets, lengths, page indices), raising
 fa3jit.Fa3jitValueError that names the first bad one (kernels/attention_fwd/index_check.h).
 """
