@@ -226,9 +226,9 @@ def _index_tensor(t: Any, name: str, layout: str, shape: Tuple[Optional[int], ..
     return t
 
 
-def _last_dim_contiguous(t: Any, strides: Tuple[int, ...], name: str) -> None:
-    """`strides` are t.stride(), taken once by the caller."""
-    if strides[-1] != 1 and t.shape[-1] > 1:
+def _last_dim_contiguous(strides: Tuple[int, ...], last_extent: int, name: str) -> None:
+    """`strides` and `last_extent` are the tensor's stride() and shape[-1], read once by the caller."""
+    if strides[-1] != 1 and last_extent > 1:
         raise ValueError(f"{name}: the last dimension (head_dim) must be contiguous (stride 1); got strides "
                          f"{tuple(strides)}")
 
@@ -314,10 +314,8 @@ def _kv_layout(k: Any, v: Any, names: Tuple[str, str], batch: int, head_dim: int
     kv.num_heads_kv, kv.head_dim_v = k_shape[-2], v_shape[-1]
     kv.seqused_k = None if seqused_k is None else _index_tensor(seqused_k, seqused_name, "(batch,)", (batch,))
     k_strides, v_strides = k.stride(), v.stride()
-    if k_strides[-1] != 1 and k_shape[-1] > 1:
-        _last_dim_contiguous(k, k_strides, kn)
-    if v_strides[-1] != 1 and v_shape[-1] > 1:
-        _last_dim_contiguous(v, v_strides, vn)
+    _last_dim_contiguous(k_strides, k_shape[-1], kn)
+    _last_dim_contiguous(v_strides, v_shape[-1], vn)
     # (stride_batch, stride_seq, stride_head) in elements; the batch stride of packed k/v is unused (0).
     if len(k_strides) == 4:
         kv.k_strides, kv.v_strides = k_strides[:3], v_strides[:3]
@@ -439,7 +437,7 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
             raise ValueError(f"out is {out.dtype} {tuple(out.shape)} on {out.device}; expected {out_dtype} "
                              f"{out_shape} on {q.device}")
         o_stride = out.stride()
-        _last_dim_contiguous(out, o_stride, "out")
+        _last_dim_contiguous(o_stride, out_shape[-1], "out")
     if return_lse:
         lse_shape = (num_heads, seqlen_q) if varlen_q else (batch, num_heads, seqlen_q)
         lse = q.new_empty(lse_shape, dtype=torch.float32)
@@ -598,7 +596,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
         raise ValueError("seqused_k is None; it is required with page_table: (batch,) torch.int32, the number of "
                          "keys of each sequence")
     q_stride = q.stride()
-    _last_dim_contiguous(q, q_stride, "q")
+    _last_dim_contiguous(q_stride, q_shape[-1], "q")
     splits, packing = _checked_options(num_splits, pack_gqa)
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
     out = None if out is None else _tensor(out, "out")
@@ -711,7 +709,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
             raise ValueError(f"cache_seqlens is {fill_seqlens}; expected 0 to the cache's capacity {kv.capacity} "
                              f"(keys per sequence)")
     q_stride = q.stride()
-    _last_dim_contiguous(q, q_stride, "q")
+    _last_dim_contiguous(q_stride, q_shape[-1], "q")
     splits, packing = _checked_options(num_splits, pack_gqa)
     variant = _checked_variant(window_size, softcap, sinks, num_heads, q)
     out = None if out is None else _tensor(out, "out")
