@@ -142,7 +142,7 @@ torch_standin.CAPTURING[0] = False
 # ... and kept nothing: the next call outside capture reuses the stream's workspace.
 fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
 assert last_call().workspace == grown.data_ptr()
-assert [w.data_ptr() for w in fa3jit.serving._local.params[4].values()] == [grown.data_ptr()]
+assert [w[0].data_ptr() for w in fa3jit.serving._local.params[4].values()] == [grown.data_ptr()]
 # Another current stream has a workspace of its own; back on the first, its workspace is reused.
 torch_standin.STREAM[0] = 0x6262
 fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
@@ -158,7 +158,7 @@ large = ALLOCATIONS[-1]
 assert large.shape == (WORKSPACE_BYTES,) and last_call().workspace == large.data_ptr()
 fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
 assert last_call().workspace == ALLOCATIONS[-1].data_ptr() != large.data_ptr()
-assert [w.data_ptr() for w in fa3jit.serving._local.params[4].values()] == [grown.data_ptr(), other]
+assert [w[0].data_ptr() for w in fa3jit.serving._local.params[4].values()] == [grown.data_ptr(), other]
 WORKSPACE_BYTES = 4096
 queries = len(SIZE_QUERIES)
 

@@ -35,7 +35,7 @@ _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
 # Elements of get_scheduler_metadata's tensor: (num_splits, pack_gqa).
 METADATA_LENGTH = 2
 # Per thread: (ForwardParams, its address, a c_size_t for the workspace size and its byref, and the thread's
-# workspaces: {(device index, raw stream): uint8 tensor}). A thread reuses one workspace per stream outside CUDA-graph
+# workspaces: {(device index, raw stream): (uint8 tensor, its address, its bytes)}). A thread reuses one workspace per stream outside CUDA-graph
 # capture: its calls on that stream run in the order it queued them, each call's kernels (split, combine) queued
 # together, so no call's partials meet another's; another thread queuing on the same stream between them has a
 # workspace of its own. A workspace grows (a fresh tensor on that stream; the caching allocator reuses the old one only
@@ -486,8 +486,8 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
                 raise _capi.error_for(status, "fa3jit_attention_workspace_size")
             if size.value:
                 # Referenced by this frame until the launch is queued (or captured).
-                workspace = _workspace(q, workspaces, device, stream, size.value)
-                _pack_workspace(params, _WORKSPACE_OFFSET, workspace.data_ptr(), workspace.shape[0])
+                workspace, pointer, nbytes = _workspace(q, workspaces, device, stream, size.value)
+                _pack_workspace(params, _WORKSPACE_OFFSET, pointer, nbytes)
         status = _attention._attention_forward(runtime_handle, None, address, stream)
     finally:
         if context is not None:
@@ -497,22 +497,24 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
     return result
 
 
-def _workspace(q: Any, workspaces: dict, device: int, stream: int, nbytes: int) -> Any:
-    """A uint8 workspace of at least nbytes for this thread's call on `stream` (see _local)."""
+def _workspace(q: Any, workspaces: dict, device: int, stream: int, nbytes: int) -> Tuple[Any, int, int]:
+    """(a uint8 workspace of at least nbytes for this thread's call on `stream`, its address, its bytes); see _local.
+    A kept one's address and size are kept beside it, so a warm call reads no attribute of it."""
     torch = _attention._torch
-    if torch._C._cuda_isCurrentStreamCapturing():
-        # From the graph's pool; the graph's later nodes may reuse the memory after the call's kernels, in its order.
-        return q.new_empty((nbytes,), dtype=torch.uint8)
-    if nbytes > _KEPT_WORKSPACE_BYTES:  # a large split prefill: its own, so no thread keeps gigabytes for good
-        return q.new_empty((nbytes,), dtype=torch.uint8)
+    # Under capture: from the graph's pool, which the graph's later nodes may reuse after the call's kernels. Over the
+    # bound: a large split prefill's own, so no thread keeps gigabytes for good.
+    if torch._C._cuda_isCurrentStreamCapturing() or nbytes > _KEPT_WORKSPACE_BYTES:
+        workspace = q.new_empty((nbytes,), dtype=torch.uint8)
+        return workspace, workspace.data_ptr(), nbytes
     key = (device, stream)
-    workspace = workspaces.get(key)
-    if workspace is None or workspace.shape[0] < nbytes:
+    kept = workspaces.get(key)
+    if kept is None or kept[2] < nbytes:
         # Not in a warmed-up call: the first on this stream, or larger shapes than any before (whole MiB, so that
         # slowly growing batches do not reallocate at every step).
-        workspace = q.new_empty((min(_KEPT_WORKSPACE_BYTES, (nbytes + _MIB - 1) // _MIB * _MIB),), dtype=torch.uint8)
-        workspaces[key] = workspace
-    return workspace
+        kept_bytes = min(_KEPT_WORKSPACE_BYTES, (nbytes + _MIB - 1) // _MIB * _MIB)
+        workspace = q.new_empty((kept_bytes,), dtype=torch.uint8)
+        kept = workspaces[key] = (workspace, workspace.data_ptr(), kept_bytes)
+    return kept
 
 
 def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any = None,
