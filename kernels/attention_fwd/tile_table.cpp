@@ -74,10 +74,11 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
     // tile; FA3's non-causal 192x192 needs P through shared memory). Round-robin pingpong over the three
     // warpgroups: +12.5% on the H200 (559 vs 497 TFLOPS, bf16 8k, bench/NOTES.md).
     case 64: return {192, 128, 3, 2, true, true};
-    // Measured on the H200 (configs/sweeps/d96*.json, bench/NOTES.md): 192x112 leads non-causal 8k (653 TFLOPS
-    // against 565 for d128's 128x176), 192x96 causal 2k (454 against 441 for 192x112); FA3's 192x144 needs P
-    // through shared memory.
-    case 96: return causal ? TileDefaults{192, 96, 3, 2, true, true} : TileDefaults{192, 112, 3, 2, true, true};
+    // Measured on the H200 (configs/sweeps/d96*.json, table_bf16_d96_*.json, bench/NOTES.md): 3 warpgroups of 64 rows;
+    // non-causal 192x96 without pingpong on one CTA per tile (557-614 TFLOPS, 1.06-1.11x the earlier 192x112 with
+    // pingpong on the persistent grid), causal 192x96 with pingpong (454 against 441 for 192x112 at 2k); FA3's
+    // 192x144 needs P through shared memory.
+    case 96: return causal ? TileDefaults{192, 96, 3, 2, true, true} : TileDefaults{192, 96, 3, 2, false, true};
     // 128x176 (FA3's non-causal tile, at the shared-memory limit with 2 stages) for both masks: on the H200
     // it beat 128x128 causal by 2% (651 vs 638 TFLOPS, bf16 8k, bench/NOTES.md); intra-warpgroup overlap
     // and pingpong on (FA3 paper §3.1-3.2).
@@ -126,6 +127,14 @@ TileDefaults fitted(DType dtype, int head_dim, int head_dim_v, TileDefaults t, c
   return t;
 }
 
+// Whether a row runs on the persistent grid. Measured on the H200 against one CTA per tile (bench_fwd.py fa3jit_grid
+// and fa3jit_alt, one process; bench/NOTES.md): faster for 64, 128, 256 in both masks and for 192 / 128, but slower
+// for 16-bit d96 (0.92-0.96 non-causal, 0.97-0.99 causal) and d192 non-causal (0.96-0.99).
+bool persistent_row(DType dtype, int row, int row_v, bool causal) {
+  if (dtype == DType::kE4m3 || row != row_v) return true;
+  return !(row == 96 || (row == 192 && !causal));
+}
+
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
@@ -141,7 +150,7 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // (e4m3 d_major) with the static order; causal 1.02-1.14 (bf16) and 1.01-1.23 (e4m3 d_major) with the dynamic tile
   // scheduler, whose counter is the call's workspace (launch.cpp: workspace_layout). Without a workspace a causal
   // call runs a static order, measured 0.61-1.12 of the grid.
-  t.persistent = true;
+  t.persistent = persistent_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 

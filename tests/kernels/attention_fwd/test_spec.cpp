@@ -601,16 +601,17 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
     int head_dim;
     bool causal;
     af::TileDefaults expected;
+    bool persistent;  // the persistent grid (the rows measured slower there run one CTA per tile)
   };
-  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}
+  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}, persistent
   const std::vector<Row> rows = {
-      {64, false, {192, 128, 3, 2, true, true}},   {64, true, {192, 128, 3, 2, true, true}},
-      {96, false, {192, 112, 3, 2, true, true}},   {96, true, {192, 96, 3, 2, true, true}},
-      {128, false, {128, 176, 2, 2, true, true}},  {128, true, {128, 176, 2, 2, true, true}},
-      {192, false, {128, 112, 2, 2, true, true}},  {192, true, {128, 112, 2, 2, true, true}},
-      {256, false, {128, 80, 2, 2, true, true}},   {256, true, {128, 80, 2, 2, true, true}},
+      {64, false, {192, 128, 3, 2, true, true}, true},   {64, true, {192, 128, 3, 2, true, true}, true},
+      {96, false, {192, 96, 3, 2, false, true}, false},  {96, true, {192, 96, 3, 2, true, true}, false},
+      {128, false, {128, 176, 2, 2, true, true}, true},  {128, true, {128, 176, 2, 2, true, true}, true},
+      {192, false, {128, 112, 2, 2, true, true}, false}, {192, true, {128, 112, 2, 2, true, true}, true},
+      {256, false, {128, 80, 2, 2, true, true}, true},   {256, true, {128, 80, 2, 2, true, true}, true},
       // sizes between the rows take the row above: 72 the 96 row, 200 the 256 row
-      {72, false, {192, 112, 3, 2, true, true}},   {200, true, {128, 80, 2, 2, true, true}},
+      {72, false, {192, 96, 3, 2, false, true}, false},  {200, true, {128, 80, 2, 2, true, true}, true},
   };
   for (const Row& row : rows) {
     for (const DType dtype : {DType::kFp16, DType::kBf16}) {
@@ -621,6 +622,7 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
       CHECK(t.consumer_warpgroups == row.expected.consumer_warpgroups);
       CHECK(t.stages == row.expected.stages);
       CHECK(t.pingpong == row.expected.pingpong);
+      CHECK(t.persistent == row.persistent);
       CHECK(t.intra_wg_overlap == row.expected.intra_wg_overlap);
       // A spec that leaves the kernel fields out resolves to exactly the table row.
       const Spec spec = parse(table_default_spec(dtype, row.head_dim, row.causal));
@@ -630,6 +632,7 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
       CHECK(spec.stages == t.stages);
       CHECK(spec.pingpong == t.pingpong);
       CHECK(spec.intra_wg_overlap == t.intra_wg_overlap);
+      CHECK(spec.persistent == t.persistent);
     }
   }
   try {
