@@ -215,7 +215,11 @@ TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // (e4m3 + softcap spilled 528 bytes at FA3's d128 128x224; the table's 128x160 spills none, nor do the other
   // e4m3 rows.) The gather kernels' wide producer split leaves their consumers 232 registers (derive_config); a tile whose
   // estimate is above that narrows.
-  return layout.paged_gather ? fitted(dtype, head_dim, head_dim_v, d, layout) : d;
+  if (!layout.paged_gather) return d;
+  // 16-bit softcap over gathered pages with three consumer warpgroups: d64's 192x128 spilled 120-192 bytes (ptxas,
+  // CUDA 13.0; softcap alone or the gather alone spill none), 192x112 none.
+  if (dtype != DType::kE4m3 && layout.softcap && d.consumer_warpgroups == 3) d.block_n = std::min(d.block_n, 112);
+  return fitted(dtype, head_dim, head_dim_v, d, layout);
 }
 
 KernelConfig derive_config(const Spec& spec) {

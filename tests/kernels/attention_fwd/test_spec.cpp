@@ -956,6 +956,15 @@ TEST_CASE("serving layout fields: defaults, combinations and their messages", "[
   CHECK(af::canonical_string(g) != af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 128, "paged_kv": true})")));
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "paged_gather": true})"),
                     Contains("\"paged_gather\": true needs \"paged_kv\": true"));
+  // A gather spec that leaves the tile out gets the tile the runtime picks for such a call (variant_tile with the
+  // layout): d64 with softcap narrows 192 x 128 to 192 x 112 there (tile_table.cpp).
+  af::Layout gather;
+  gather.paged_kv = gather.paged_gather = gather.softcap = true;
+  const Spec gs = parse(R"({"dtype": "fp16", "head_dim": 64, "causal": true, "paged_kv": true, "paged_gather": true,
+      "softcap": true})");
+  CHECK(gs.block_n == 112);
+  CHECK(gs.block_n == af::default_spec(DType::kFp16, DType::kFp16, af::Quant::kNone, 64, 64, true, gather).block_n);
+  CHECK(parse(R"({"dtype": "fp16", "head_dim": 64, "causal": true, "softcap": true})").block_n == 128);
   // The gather producer gets 40 registers beside two consumer warpgroups (24 spilled), from the same pool.
   const af::KernelConfig gc = af::make_kernel_config(parse(R"({"dtype": "bf16", "head_dim": 128, "varlen_q": true,
       "paged_kv": true, "paged_gather": true})"));
