@@ -391,7 +391,7 @@ Spec parse_spec(const json& doc) {
   spec.sinks = read_knob(doc, "sinks", false);
   const bool serving = spec.varlen_q || spec.varlen_k || spec.paged_kv || spec.pack_gqa || spec.split_kv;
   // The fields of the call's layout the tile table reads (variant_tile), so a spec that leaves the tile out gets the
-  // kernel the runtime picks for such a call.
+  // kernel the runtime picks for such a call, other than a decode step (short_q) or a short causal call.
   Layout variant;
   variant.paged_kv = spec.paged_kv;
   variant.paged_gather = spec.paged_gather;

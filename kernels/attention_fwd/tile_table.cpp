@@ -127,29 +127,33 @@ TileDefaults fitted(DType dtype, int head_dim, int head_dim_v, TileDefaults t, c
   return t;
 }
 
-// Whether a row runs on the persistent grid. Measured on the H200 against one CTA per tile (bench_fwd.py fa3jit_grid
-// and fa3jit_alt, one process; bench/NOTES.md): faster for 64, 128, 256 in both masks and for 192 / 128, but slower
-// for 16-bit d96 (0.92-0.96 non-causal, 0.97-0.99 causal) and d192 non-causal (0.96-0.99).
+// Whether the tile of (row, row_v) runs on the persistent grid: the tile of table_tile, so a pair without a row of its
+// own follows the row of its larger dim. Measured on the H200, persistent against one CTA per tile in one process
+// (bench_fwd.py fa3jit_grid and fa3jit_alt; bench/NOTES.md, 2026-12-03 and 2026-12-04): faster for 64, 128, 256 in
+// both masks, 192 / 128 (0.96-0.99 on the grid) and d192 causal (mixed, 0.97-1.05); slower for 16-bit d96 (the
+// adopted non-causal 192x96: 0.94-0.98; causal 0.95-0.99) and d192 non-causal (0.96-0.99).
 bool persistent_row(DType dtype, int row, int row_v, bool causal) {
-  if (dtype == DType::kE4m3 || row != row_v) return true;
-  return !(row == 96 || (row == 192 && !causal));
+  if (dtype == DType::kE4m3 || (row == 192 && row_v == 128)) return true;
+  const int r = std::max(row, row_v);
+  return !(r == 96 || (r == 192 && !causal));
 }
 
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
-  // The measured best tiles are the same for both masks (bench/NOTES.md) except at d96.
+  // The measured best tiles are the same for both masks (bench/NOTES.md) except at d96; so is the grid except at d192.
   if (!supports_head_dims(dtype, head_dim, head_dim_v))
     throw Error(ErrorCode::kInvalidSpec,
                 fmt::format("spec fields \"head_dim\" ({}) and \"head_dim_v\" ({}) are not supported for dtype "
                             "\"{}\"; each is {}",
                             head_dim, head_dim_v, dtype_name(dtype), allowed_head_dims(dtype)));
   TileDefaults t = table_tile(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
-  // A persistent grid where the layout allows one (spec.h: persistent_conflict; tiled_spec applies it). Measured on the
-  // H200 (bench/NOTES.md, fa3jit persistent / fa3jit grid in one process): non-causal 1.00-1.14 (bf16) and 0.99-1.20
-  // (e4m3 d_major) with the static order; causal 1.02-1.14 (bf16) and 1.01-1.23 (e4m3 d_major) with the dynamic tile
-  // scheduler, whose counter is the call's workspace (launch.cpp: workspace_layout). Without a workspace a causal
-  // call runs a static order, measured 0.61-1.12 of the grid.
+  // A persistent grid for the rows measured faster there (persistent_row) where the layout allows one (spec.h:
+  // persistent_conflict; tiled_spec applies it). Measured on the H200 (bench/NOTES.md, fa3jit persistent / fa3jit grid
+  // in one process) for 64, 128, 256: non-causal 1.00-1.14 (bf16) and 0.99-1.20 (e4m3 d_major) with the static order;
+  // causal 1.02-1.14 (bf16) and 1.01-1.23 (e4m3 d_major) with the dynamic tile scheduler, whose counter is the call's
+  // workspace (launch.cpp: workspace_layout). Without a workspace a causal call runs a static order, measured
+  // 0.61-1.12 of the grid.
   t.persistent = persistent_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   return fitted(dtype, head_dim, head_dim_v, t);
 }

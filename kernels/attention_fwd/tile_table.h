@@ -25,7 +25,8 @@ struct TileDefaults {
   bool intra_wg_overlap;
   int cluster_m = 1;
   bool fp32_two_level_accum = false;  // e4m3 only
-  bool persistent = false;            // where the spec allows it (spec.h: persistent_conflict)
+  bool persistent = false;            // rows measured faster there (tile_table.cpp: persistent_row), where the
+                                      // spec allows it (spec.h: persistent_conflict)
   bool rescale_o_before_pv = false;   // where intra_wg_overlap runs without fp32_two_level_accum
 };
 

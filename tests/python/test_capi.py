@@ -379,8 +379,8 @@ def test_workspace_size_is_zero_without_a_split(runtime, fields):
 
 @pytest.mark.parametrize("fields", [dict(causal=1), dict(causal=1, batch=64, seqlen_q=113, seqlen_k=4224)])
 def test_workspace_size_of_a_causal_call_is_its_tile_counter(runtime, fields):
-    """A dense causal call runs the tile table's persistent grid, whose dynamic tile scheduler counts in 16 bytes of
-    workspace (seqlen_q 1 above runs the non-causal kernel: no key is hidden from a single bottom-right row)."""
+    """A d128 dense causal call runs the tile table's persistent grid, whose dynamic tile scheduler counts in 16 bytes
+    of workspace (seqlen_q 1 above runs the non-causal kernel: no key is hidden from a single bottom-right row)."""
     assert runtime.workspace_size(_params(**fields)) == 16 == fa3jit.attention._CAUSAL_WORKSPACE_BYTES
 
 

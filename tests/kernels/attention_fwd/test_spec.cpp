@@ -635,6 +635,13 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
       CHECK(spec.persistent == t.persistent);
     }
   }
+  // A pair of different dims takes the tile of its larger dim's row, grid included; 192 / 128 has a row of its own.
+  CHECK_FALSE(af::default_tile(DType::kBf16, 96, 64, false).persistent);
+  CHECK_FALSE(af::default_tile(DType::kBf16, 96, 80, true).persistent);
+  CHECK_FALSE(af::default_tile(DType::kBf16, 192, 96, false).persistent);
+  CHECK(af::default_tile(DType::kBf16, 192, 96, true).persistent);
+  CHECK(af::default_tile(DType::kBf16, 192, 128, false).persistent);
+  CHECK(af::default_tile(DType::kE4m3, 96, 96, false).persistent);
   try {
     af::default_tile(DType::kBf16, 100, 100, false);
     FAIL("default_tile accepted head_dim 100");
