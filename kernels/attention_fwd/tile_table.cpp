@@ -47,11 +47,15 @@ int tuned_row(int head_dim) {
   return capabilities().tuned_head_dims.back();
 }
 
+// The pair of different rows with a tile of its own (FA3's 192 / 128, DeepSeek's MLA prefill); any other pair takes
+// the tile of its larger dim's row.
+bool own_pair_row(int row, int row_v) { return row == 192 && row_v == 128; }
+
 // The measured (or FA3's) tile of a row pair. {block_m, block_n, consumer_warpgroups, stages, pingpong,
 // intra_wg_overlap}; a pair without its own row takes the equal pair of the larger dim.
 TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
   if (dtype == DType::kE4m3) {
-    if (row == 192 && row_v == 128) return {128, 160, 2, 2, true, true};  // FA3's fp8 192/128 tile
+    if (own_pair_row(row, row_v)) return {128, 160, 2, 2, true, true};  // FA3's fp8 192/128 tile
     switch (std::max(row, row_v)) {
       // From FA3's fp8 tiles (hopper/tile_size.h: 192x160 at d64, 192x128 at d96, 128x224 at d128, 128x128 at
       // d256, all RS P.V, intra-warpgroup overlap and pingpong), re-swept on the H200 with `fa3jit tune`
@@ -68,7 +72,7 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
       default: return {128, 96, 2, 2, false, true};
     }
   }
-  if (row == 192 && row_v == 128) return {128, 128, 2, 2, true, true};  // FA3's 192/128 (DeepSeek MLA prefill)
+  if (own_pair_row(row, row_v)) return {128, 128, 2, 2, true, true};  // FA3's 192/128 (DeepSeek MLA prefill)
   switch (std::max(row, row_v)) {
     // 3 consumer warpgroups at 160 registers each hold a 192-row tile with block_n 128 (FA3's causal
     // tile; FA3's non-causal 192x192 needs P through shared memory). Round-robin pingpong over the three
@@ -133,7 +137,7 @@ TileDefaults fitted(DType dtype, int head_dim, int head_dim_v, TileDefaults t, c
 // both masks, 192 / 128 (0.96-0.99 on the grid) and d192 causal (mixed, 0.97-1.05); slower for 16-bit d96 (the
 // adopted non-causal 192x96: 0.94-0.98; causal 0.95-0.99) and d192 non-causal (0.96-0.99).
 bool persistent_row(DType dtype, int row, int row_v, bool causal) {
-  if (dtype == DType::kE4m3 || (row == 192 && row_v == 128)) return true;
+  if (dtype == DType::kE4m3 || own_pair_row(row, row_v)) return true;
   const int r = std::max(row, row_v);
   return !(r == 96 || (r == 192 && !causal));
 }
@@ -219,11 +223,7 @@ TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // (e4m3 + softcap spilled 528 bytes at FA3's d128 128x224; the table's 128x160 spills none, nor do the other
   // e4m3 rows.) The gather kernels' wide producer split leaves their consumers 232 registers (derive_config); a tile whose
   // estimate is above that narrows.
-  if (!layout.paged_gather) return d;
-  // 16-bit softcap over gathered pages with three consumer warpgroups: d64's 192x128 spilled 120-192 bytes (ptxas,
-  // CUDA 13.0; softcap alone or the gather alone spill none), 192x112 none.
-  if (dtype != DType::kE4m3 && layout.softcap && d.consumer_warpgroups == 3) d.block_n = std::min(d.block_n, 112);
-  return fitted(dtype, head_dim, head_dim_v, d, layout);
+  return layout.paged_gather ? fitted(dtype, head_dim, head_dim_v, d, layout) : d;
 }
 
 KernelConfig derive_config(const Spec& spec) {
@@ -256,8 +256,12 @@ KernelConfig derive_config(const Spec& spec) {
   // accumulator of pv_chunk_n columns (pv_chunk_n / 2 registers).
   config.pv_chunk_n = spec.head_dim_v;
   const int p_registers = fp8 ? spec.block_n / 8 : spec.block_n / 4;
+  // 16-bit softcap over gathered pages beside three consumer warpgroups: d64's 192x128 (estimate 156) spilled 120-192
+  // bytes (ptxas, CUDA 13.0; softcap alone or the gather alone spill none), 192x112 (144) none: 8 more.
+  const int gather_softcap = !fp8 && spec.paged_gather && spec.softcap && wg == 3 ? 8 : 0;
   auto estimate = [&](int chunk) {
-    return spec.head_dim_v / 2 + spec.block_n / 2 + p_registers + 28 + (spec.fp32_two_level_accum ? chunk / 2 : 0);
+    return spec.head_dim_v / 2 + spec.block_n / 2 + p_registers + 28 + gather_softcap +
+           (spec.fp32_two_level_accum ? chunk / 2 : 0);
   };
   if (transpose_v && wg == 2 && config.producer_registers < kWideProducerSplit.producer &&
       estimate(config.pv_chunk_n) <= kWideProducerSplit.consumer) {

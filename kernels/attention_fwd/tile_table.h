@@ -45,8 +45,8 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
 /// per-block descales are laid out by the transposing kernel's tile (fa3jit_attention_quant_blocks for (head_dim,
 /// causal) knows no V layout), so such a call keeps it; a written-out spec (layout.descale_rows_from_kernel, whose
 /// caller asks the kernel for its descale rows) takes the d_major rows. Over gathered pages (layout.paged_gather) a
-/// tile narrows block_n until the gather kernel's register split fits it, and a 16-bit three-warpgroup tile with
-/// softcap takes block_n <= 112 (d64's 192 x 128 spilled there, ptxas).
+/// tile narrows block_n until the register estimate fits the gather kernel's register split (derive_config; with
+/// softcap beside three warpgroups d64's 192 x 128 narrows to 192 x 112, which ptxas showed to spill otherwise).
 TileDefaults variant_tile(DType dtype, int head_dim, int head_dim_v, bool causal, Quant quant, const Layout& layout);
 
 /// Short causal calls: a dense causal call (no cu_seqlens, page table, pack_gqa or per_block descales) with seqlen_k
