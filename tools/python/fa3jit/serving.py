@@ -6,15 +6,15 @@ layouts"): packed variable-length q (cu_seqlens_q), packed variable-length k/v (
 Names, shapes and defaults follow FlashAttention-3's hopper/flash_attn_interface.py; what FlashAttention-3 takes
 and fa3jit does not implement yet raises NotImplementedError naming the argument.
 
-Per call, Python checks what the library cannot see (torch dtypes, ranks, that k and v agree, the index tensors'
-dtype, rank and contiguity, one device for all), asks the library for the workspace size when the call may split
-(num_splits != 1) and takes it from the workspace the calling thread keeps for torch's current stream (allocated,
-or grown, with torch's caching allocator on q's device, up to 64 MiB; a call's own when larger and under CUDA-graph
+Per call, Python checks what the library cannot see (torch dtypes, ranks, that k and v agree, the index tensors' dtype,
+rank and contiguity, one device for all), asks the library for the workspace size when the call may split
+(num_splits != 1) and takes it from the workspace the calling thread keeps for torch's current stream (allocated, or
+grown, with torch's caching allocator on q's device, up to 64 MiB; a call's own when larger and under CUDA-graph
 capture), then packs one struct and calls fa3jit_attention_forward on torch's current stream. Strides, extents, head
-counts and head dims are the library's checks, which name the argument. The index tensors' values are never read on
-the host (the kernel clamps them), except where a max_seqlen_* argument is left None (one device-to-host copy: pass it
-in a serving loop and under CUDA-graph capture). To debug a wrong answer, run with FA3JIT_CHECK_INDICES=1 in the environment: every call then
-synchronises and the library checks the index tensors' values (offsets, lengths, page indices), raising
+counts and head dims are the library's checks, which name the argument. The index tensors' values are never read on the
+host (the kernel clamps them), except where a max_seqlen_* argument is left None (one device-to-host copy: pass it in a
+serving loop and under CUDA-graph capture). To debug a wrong answer, run with FA3JIT_CHECK_INDICES=1 in the environment:
+every call then synchronises and the library checks the index tensors' values (offsets, lengths, page indices), raising
 fa3jit.Fa3jitValueError that names the first bad one (kernels/attention_fwd/index_check.h).
 """
 
@@ -34,16 +34,16 @@ _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
 _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
 # Elements of get_scheduler_metadata's tensor: (num_splits, pack_gqa).
 METADATA_LENGTH = 2
-# Per thread: (ForwardParams, its address, a c_size_t for the workspace size and its byref, and the thread's
-# workspaces: {(device index, raw stream): (uint8 tensor, its address, its bytes)}). A thread reuses one workspace per stream outside CUDA-graph
-# capture: its calls on that stream run in the order it queued them, each call's kernels (split, combine) queued
-# together, so no call's partials meet another's; another thread queuing on the same stream between them has a
-# workspace of its own. A workspace grows (a fresh tensor on that stream; the caching allocator reuses the old one only
-# in that stream's order) when a call needs more, up to _KEPT_WORKSPACE_BYTES (decode steps need far less); a call
-# that needs more allocates its own, as does each call under CUDA-graph capture (from the graph's pool). Not for a
-# call made where torch allocates from a private pool without capturing (a CUDA-graph tree's warm-up in
-# torch.compile's reduce-overhead mode): these functions are no torch ops, so a compiled caller runs them outside the
-# graph (a graph break); a caller who wraps them in an op of its own under such a mode needs a workspace per call.
+# Per thread: (ForwardParams, its address, a c_size_t for the workspace size and its byref, and the thread's workspaces:
+# {(device index, raw stream): (uint8 tensor, its address, its bytes)}). A thread reuses one workspace per stream
+# outside CUDA-graph capture: its calls on that stream run in the order it queued them, each call's kernels (split,
+# combine) queued together, so no call's partials meet another's; another thread queuing on the same stream between them
+# has a workspace of its own. A workspace grows (a fresh tensor on that stream; the caching allocator reuses the old one
+# only in that stream's order) when a call needs more, up to _KEPT_WORKSPACE_BYTES (decode steps need far less); a call
+# that needs more allocates its own, as does each call under CUDA-graph capture (from the graph's pool). Not for a call
+# made where torch allocates from a private pool without capturing (a CUDA-graph tree's warm-up in torch.compile's
+# reduce-overhead mode): these functions are no torch ops, so a compiled caller runs them outside the graph (a graph
+# break); a caller who wraps them in an op of its own under such a mode needs a workspace per call.
 _local = threading.local()
 _MIB = 1 << 20
 _KEPT_WORKSPACE_BYTES = 64 * _MIB
@@ -562,8 +562,8 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     or None (1); the real keys are k * k_descale. q either torch.float8_e4m3fn with q_descale likewise, or
     torch.float16 / torch.bfloat16, quantised to e4m3 in the call (q_descale None: amax / 448 per KV head over
     q's rows before cu_seqlens_q[batch]; or one float32 element, a static scale: q / q_descale). out is
-    torch.bfloat16 unless an fp16 out is given. Per-block descales are for dense tensors (fa3jit.flash_attn_func). FP8 is the e4m3 kernel of
-    fa3jit.flash_attn_func (FA3 paper §3.3): both GEMMs in FP8, P in e4m3, fp32 accumulation.
+    torch.bfloat16 unless an fp16 out is given. Per-block descales are for dense tensors (fa3jit.flash_attn_func).
+    FP8 is the e4m3 kernel of fa3jit.flash_attn_func (FA3 paper §3.3): both GEMMs in FP8, P in e4m3, fp32 accumulation.
 
     Returns out, or (out, lse) when return_lse (or FlashAttention-3's return_attn_probs): lse float32
     (num_heads, total_q), natural log. Rows of q past cu_seqlens_q[batch] are not written.
