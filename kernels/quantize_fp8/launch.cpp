@@ -30,7 +30,7 @@ struct CallShape {
   int64_t batch, seqlen_q, seqlen_k, num_heads, num_heads_kv;
   int64_t q_blocks, k_blocks, q_num_blocks, k_num_blocks;
   int64_t q_clusters, k_clusters, v_chunks, v_units, v_descale_count;
-  unsigned qk_grid, v_grid;  // CTAs of kPassQk and of each V pass, whole clusters
+  unsigned qk_grid, v_grid;  // CTAs of kPassQk (whole clusters) and of each V pass (one per V unit)
 };
 
 // v8 as (batch, rows, heads, row elements): (batch, seqlen_k, num_heads_kv, head_dim_v), or with v_layout d_major
@@ -79,7 +79,7 @@ CallShape check_shape(const Spec& spec, const Geometry& g, const QuantizeArgs& a
   s.v_chunks = ceil_div(s.seqlen_k, g.v_rows_per_cta);
   s.v_units = checked_count(s.batch, s.num_heads_kv, s.v_chunks, "batch x num_heads_kv x V chunks");
   s.v_descale_count = checked_count(s.batch, s.num_heads_kv, spec.head_dim_v, "batch x num_heads_kv x head_dim_v");
-  const int64_t v_ctas = ceil_div(s.v_units, g.cluster_size) * g.cluster_size;
+  const int64_t v_ctas = s.v_units;  // the V passes run without clusters (launch_checked)
   if (qk_ctas > kMaxIndex || v_ctas > kMaxIndex)
     bad_argument(fmt::format("arguments need {} CTAs; at most {} are allowed", std::max(qk_ctas, v_ctas), kMaxIndex));
   s.qk_grid = static_cast<unsigned>(qk_ctas);
@@ -264,9 +264,12 @@ void launch_checked(Runtime& runtime, const Spec& spec, const QuantizeArgs& args
   // v_descale is zeroed by the first launch, merged into by the second and read by the third. The first waits for
   // everything before it on the stream (it writes q8, k8 and the descales an earlier kernel may still read); the
   // V passes are launched with programmatic stream serialization and wait for the pass before them
-  // (griddepcontrol.wait) before they touch v_descale or v8, so only their V loads overlap its end.
+  // (griddepcontrol.wait) before they touch v_descale or v8, so only their V loads overlap its end. They use no
+  // cluster feature (device/quantize.cuh: only kPassQk's blocks span CTAs), so they launch without the Q/K pass's
+  // clusters, whose CTAs would have to be co-scheduled on one GPC.
   LaunchInvariants overlapping = kernel.launch();
   overlapping.waits_for_prerequisites = true;
+  overlapping.cluster_x = 1;
   params.pass = kPassQk;
   launch_kernel(function, kernel.launch(), shape.qk_grid, &params, cu_stream, "launching the FP8 pre-pass (Q, K)");
   params.pass = kPassVAmax;

@@ -567,6 +567,15 @@ TEST_CASE("C ABI: fa3jit_quantize_fp8 launches the three passes with the caller'
   CHECK(passes[0].programmatic_serialization == 0);
   CHECK(passes[1].programmatic_serialization == 1);
   CHECK(passes[2].programmatic_serialization == 1);
+  // The V passes use no cluster feature: one CTA per V unit (batch x num_heads_kv x chunks), no cluster attribute,
+  // whatever clusters the Q/K pass spans its blocks over.
+  qf::Params v_pass;
+  std::memcpy(&v_pass, passes[1].params, sizeof(v_pass));
+  CHECK(v_pass.v_units == 2 * 2 * v_pass.v_chunks);
+  for (int i = 1; i < 3; ++i) {
+    CHECK(passes[i].cluster_x == 1);
+    CHECK(passes[i].grid[0] == static_cast<unsigned>(v_pass.v_units));
+  }
 
   SECTION("with RoPE tables") {
     p.rope = FA3JIT_ROPE_INTERLEAVED;

@@ -207,7 +207,7 @@ __device__ __forceinline__ void v_channel_amax(const Params& p, float (*s_vmax)[
   constexpr int kRowsPerWarp = 32 / kVLanes;
   constexpr int kStep = Cfg::kWarps * kRowsPerWarp;
   static_assert(Cfg::kVRowsPerCta == Cfg::kVSteps * kStep, "v_rows_per_cta (geometry.cpp)");
-  if (static_cast<int>(blockIdx.x) >= p.v_units) return;  // grid padding to whole clusters; CTA-uniform
+  if (static_cast<int>(blockIdx.x) >= p.v_units) return;  // the grid is v_units CTAs (launch.cpp); CTA-uniform
   const int unit = static_cast<int>(blockIdx.x);
   const int chunk = unit % p.v_chunks;
   const int bh = unit / p.v_chunks;
