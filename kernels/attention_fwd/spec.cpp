@@ -289,6 +289,10 @@ std::string allowed_dtypes() {
 // accumulator and O is rescaled as it is added (device/mainloop.cuh).
 bool rescale_o_fits(const Spec& spec) { return spec.intra_wg_overlap && !spec.fp32_two_level_accum; }
 
+bool load_k_ahead_fits(const Spec& spec) {
+  return spec.dtype != DType::kE4m3 || spec.v_layout == VLayout::kDMajor;
+}
+
 std::string persistent_conflict(const Spec& spec) {
   if (spec.varlen_q) return "varlen_q";
   if (spec.varlen_k) return "varlen_k";
@@ -331,6 +335,9 @@ void validate(const Spec& spec) {
                         "fp32_two_level_accum {}; it moves the rescale of O in the intra_wg_overlap schedule, expected "
                         "intra_wg_overlap true and fp32_two_level_accum false",
                         spec.intra_wg_overlap, spec.fp32_two_level_accum));
+  if (spec.load_k_ahead && !load_k_ahead_fits(spec))
+    invalid("spec field \"load_k_ahead\": true is not allowed with dtype \"e4m3\" and v_layout \"seq_major\": that "
+            "producer transposes V one block behind its loads; expected false, or v_layout \"d_major\"");
   if (spec.cluster_m != 1 && spec.cluster_m != 2)
     invalid(fmt::format("spec field \"cluster_m\": {} is not allowed; expected 1 or 2", spec.cluster_m));
   // K/V multicast pairs two CTAs that walk the same KV blocks: only without a causal mask (FA3 likewise).
@@ -363,7 +370,7 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "rescale_o_before_pv", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "rescale_o_before_pv", "load_k_ahead", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
@@ -411,6 +418,7 @@ Spec parse_spec(const json& doc) {
   // As pingpong: the table's value where the schedule can take it; asked for explicitly, validate() judges.
   spec.rescale_o_before_pv =
       read_knob(doc, "rescale_o_before_pv", defaults.rescale_o_before_pv && rescale_o_fits(spec));
+  spec.load_k_ahead = read_knob(doc, "load_k_ahead", defaults.load_k_ahead && load_k_ahead_fits(spec));
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -450,6 +458,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.intra_wg_overlap = d.intra_wg_overlap;
   spec.pingpong = d.pingpong && d.intra_wg_overlap && d.consumer_warpgroups >= 2;
   spec.rescale_o_before_pv = d.rescale_o_before_pv && rescale_o_fits(spec);
+  spec.load_k_ahead = d.load_k_ahead && load_k_ahead_fits(spec);
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
@@ -492,6 +501,7 @@ json canonical_json(const Spec& spec) {
       {"pingpong", spec.pingpong},
       {"intra_wg_overlap", spec.intra_wg_overlap},
       {"rescale_o_before_pv", spec.rescale_o_before_pv},
+      {"load_k_ahead", spec.load_k_ahead},
       {"cluster_m", spec.cluster_m},
       {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
@@ -520,6 +530,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.pingpong) text += " pingpong";
   if (spec.intra_wg_overlap) text += " overlap";
   if (spec.rescale_o_before_pv) text += " rescale-early";
+  if (spec.load_k_ahead) text += " k-ahead";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   if (spec.varlen_q) text += " varlen_q";

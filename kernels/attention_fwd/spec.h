@@ -35,6 +35,11 @@
 //                       multiplied by the previous block's softmax factor between issuing S = Q.K^T and O += P.V,
 //                       while the tensor cores run Q.K^T, instead of after P.V has completed (FA3's
 //                       RescaleOBeforeGemm, which it takes for 16-bit head dims above 128)
+//   load_k_ahead        bool, default from the tile table; not with e4m3 v_layout "seq_major" (its producer
+//                       warpgroup transposes V one block behind the loads): the producer issues K of block j - 1
+//                       before V of block j (FA3's load order under intra-warpgroup overlap) instead of K and V of
+//                       block j together, so the K a Q.K^T waits for is not queued behind a V stage the consumers
+//                       free only after their P.V; the outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -149,6 +154,7 @@ struct Spec {
   bool pingpong = false;
   bool intra_wg_overlap = false;
   bool rescale_o_before_pv = false;
+  bool load_k_ahead = false;
   int cluster_m = 1;
   bool persistent = false;
   bool varlen_q = false;
@@ -191,6 +197,10 @@ std::string persistent_conflict(const Spec& spec);
 /// Whether `spec`'s schedule can take rescale_o_before_pv (intra_wg_overlap without fp32_two_level_accum); validate()
 /// refuses it elsewhere and the tile table's value applies only where it holds.
 bool rescale_o_fits(const Spec& spec);
+
+/// Whether `spec`'s producer can take load_k_ahead (every producer but e4m3's V-transposing warpgroup); validate()
+/// refuses it elsewhere and the tile table's value applies only where it holds.
+bool load_k_ahead_fits(const Spec& spec);
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
 /// "tile.block_n"), the value and what is allowed; Error(kUnsupported) for values the language names but

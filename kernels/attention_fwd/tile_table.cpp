@@ -142,6 +142,17 @@ bool persistent_row(DType dtype, int row, int row_v, bool causal) {
   return !(r == 96 || (r == 192 && !causal));
 }
 
+// Whether the tile of (row, row_v) loads K one block ahead of V (spec.h: load_k_ahead; applied where
+// load_k_ahead_fits). Measured on the H200, k-ahead against K and V together in one process (bench_fwd.py fa3jit_alt;
+// bench/NOTES.md, 2026-12-05): 16-bit d256 1.04-1.09 in all 12 cells, d192 causal 1.00-1.07 and 192 / 128 causal
+// 1.00-1.02 (two stages of wide rows: the K a Q.K^T waits for queued behind a V stage); d64, d96, d128, d192
+// non-causal and e4m3 d_major 0.94-1.03, not taken.
+bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
+  if (dtype == DType::kE4m3) return false;
+  const int r = std::max(row, row_v);
+  return r == 256 || (r == 192 && causal);
+}
+
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
@@ -159,6 +170,7 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // workspace (launch.cpp: workspace_layout). Without a workspace a causal call runs a static order, measured
   // 0.61-1.12 of the grid.
   t.persistent = persistent_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
+  t.load_k_ahead = load_k_ahead_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 

@@ -20,7 +20,7 @@ using nlohmann::json;
 
 const std::vector<std::string>& choice_keys() {
   static const std::vector<std::string> keys = {"tile",  "consumer_warpgroups", "stages", "pingpong",
-                                                "intra_wg_overlap", "rescale_o_before_pv", "cluster_m",
+                                                "intra_wg_overlap", "rescale_o_before_pv", "load_k_ahead", "cluster_m",
                                                 "fp32_two_level_accum", "persistent"};
   return keys;
 }
@@ -45,6 +45,7 @@ TileDefaults tile_of(const Spec& s) {
   t.fp32_two_level_accum = s.fp32_two_level_accum;
   t.persistent = s.persistent;
   t.rescale_o_before_pv = s.rescale_o_before_pv;
+  t.load_k_ahead = s.load_k_ahead;
   return t;
 }
 
@@ -100,6 +101,7 @@ Spec apply_choice(const Spec& base, const json& choice) {
   json doc = canonical_json(base);
   // A record written before rescale_o_before_pv existed leaves it to the table (where its schedule allows it).
   if (!choice.contains("rescale_o_before_pv")) doc.erase("rescale_o_before_pv");
+  if (!choice.contains("load_k_ahead")) doc.erase("load_k_ahead");
   for (const auto& [key, value] : choice.items()) doc[key] = value;
   const Spec spec = parse_spec(doc);
   if (spec.quant == Quant::kPerBlock && (spec.block_m != base.block_m || spec.block_n != base.block_n))

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "gpu_test.h"
@@ -139,24 +140,14 @@ ProblemShape shape_of(const Spec& spec, const PairCase& c) {
 
 }  // namespace
 
-TEST_CASE("rescale_o_before_pv gives the same out and lse bit for bit", "[gpu][forward][rescale]") {
-  if (!have_gpu()) return;
-  // O is multiplied by the same factor before the same P.V in either place of the overlapped schedule (only the
-  // point in the instruction stream moves), so the two kernels must agree to the bit: a difference is a missing
-  // fence between the multiplies and the P.V that reads O.
-  const PairCase cases[] = {
-      {R"({"dtype":"bf16","head_dim":256})", 2, 799, 1023, 8, 2},
-      {R"({"dtype":"fp16","head_dim":256,"causal":true})", 2, 1023, 4224, 8, 8},
-      {R"({"dtype":"bf16","head_dim":128,"causal":true})", 3, 1023, 1111, 8, 2},
-      {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true})", 2, 239, 799, 16, 16},
-      {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},  // one key block: only the last P.V's rescale
-      {R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major"})", 2, 1023, 1111, 8, 2},
-  };
+// Runs every case's spec with the boolean `knob` false and true on the same inputs: the outputs must pass the
+// reference check and agree to the bit (the knob moves instructions or loads, never the arithmetic).
+static void check_knob_bit_identical(const char* knob, const std::vector<PairCase>& cases) {
   for (const PairCase& c : cases) {
     nlohmann::json doc = nlohmann::json::parse(c.spec);
-    doc["rescale_o_before_pv"] = false;
+    doc[knob] = false;
     const Spec off = parse_spec(doc);
-    doc["rescale_o_before_pv"] = true;
+    doc[knob] = true;
     const Spec on = parse_spec(doc);
     INFO(spec_summary(on) << " batch " << c.batch << " sq " << c.seqlen_q << " sk " << c.seqlen_k);
     const ProblemShape s = shape_of(on, c);
@@ -169,6 +160,49 @@ TEST_CASE("rescale_o_before_pv gives the same out and lse bit for bit", "[gpu][f
     CHECK(a.out.data == b.out.data);
     CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("rescale_o_before_pv gives the same out and lse bit for bit", "[gpu][forward][rescale]") {
+  if (!have_gpu()) return;
+  // O is multiplied by the same factor before the same P.V in either place of the overlapped schedule (only the
+  // point in the instruction stream moves), so the two kernels must agree to the bit: a difference is a missing
+  // fence between the multiplies and the P.V that reads O.
+  check_knob_bit_identical("rescale_o_before_pv",
+                           {
+                               {R"({"dtype":"bf16","head_dim":256})", 2, 799, 1023, 8, 2},
+                               {R"({"dtype":"fp16","head_dim":256,"causal":true})", 2, 1023, 4224, 8, 8},
+                               {R"({"dtype":"bf16","head_dim":128,"causal":true})", 3, 1023, 1111, 8, 2},
+                               {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true})", 2, 239, 799, 16, 16},
+                               // one key block: only the last P.V's rescale
+                               {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},
+                               {R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major"})", 2, 1023, 1111, 8, 2},
+                           });
+}
+
+TEST_CASE("load_k_ahead gives the same out and lse bit for bit", "[gpu][forward][load_k_ahead]") {
+  if (!have_gpu()) return;
+  // Only the order of the producer's loads changes, so the two kernels must agree to the bit; a hang or a difference
+  // is a stage handed over too early. Both schedules, pingpong with 2 and 3 warpgroups, 2-4 stages, persistent grids
+  // whose CTAs run several tiles (the next tile's first K and Q under the previous tile's end, its first V after
+  // o_empty), a one-block tile, 2-CTA clusters, and e4m3 with V given d_major.
+  check_knob_bit_identical(
+      "load_k_ahead",
+      {
+          {R"({"dtype":"bf16","head_dim":128})", 4, 1023, 1111, 8, 2},
+          {R"({"dtype":"bf16","head_dim":128,"causal":true})", 4, 1023, 4224, 8, 8},
+          {R"({"dtype":"fp16","head_dim":256})", 2, 799, 1023, 16, 4},
+          {R"({"dtype":"bf16","head_dim":64,"causal":true})", 3, 2049, 2049, 8, 2},
+          {R"({"dtype":"bf16","head_dim":64,"stages":4})", 2, 1023, 4224, 40, 8},
+          {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true})", 2, 239, 799, 16, 16},
+          {R"({"dtype":"bf16","head_dim":96})", 2, 1023, 1500, 12, 4},
+          {R"({"dtype":"bf16","head_dim":128,"intra_wg_overlap":false,"pingpong":false})", 2, 1023, 799, 8, 2},
+          {R"({"dtype":"bf16","head_dim":128,"causal":true,"stages":3,"tile":{"block_n":128}})", 2, 1023, 1023, 16, 2},
+          {R"({"dtype":"bf16","head_dim":128,"persistent":false,"cluster_m":2})", 2, 1023, 799, 8, 2},
+          {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},  // one key block
+          {R"({"dtype":"e4m3","head_dim":128,"v_layout":"d_major"})", 2, 1023, 1111, 16, 4},
+          {R"({"dtype":"e4m3","head_dim":256,"causal":true,"v_layout":"d_major","quant":"per_block"})", 2, 1023,
+           1023, 8, 2},
+      });
 }
 
 TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit for bit", "[gpu][forward][persistent]") {

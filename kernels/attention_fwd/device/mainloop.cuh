@@ -396,34 +396,63 @@ struct Mainloop {
 
   /// Producer: one warp (lane 0 waits, arms the barriers and issues the loads; with paged_kv every lane loads the
   /// boxes of its own page), or with paged_gather the kGatherWarps warps of the producer warpgroup, every lane of
-  /// which copies rows. Q once, then K and V of every visited block, last block first, into the ring at `pipe`.
+  /// which copies rows. Q once, then K and V of every visited block, last block first, into the ring at `pipe`:
+  /// K_j then V_j, or with kLoadKAhead (FA3's load order under intra-warpgroup overlap) K_{j-1} before V_j, so the
+  /// K block a Q.K^T waits for is not queued behind a V stage, which the consumers free only once their P.V has
+  /// completed. Step j of the overlapped schedule reads K_j and V_{j+1}: that is the order it needs them in.
   /// `loaded`: the tiles with key blocks this CTA ran before (persistent grid; 0 otherwise). After the first, the
-  /// tile's Q waits for q_empty and its first V for o_empty (the previous tile's O staged over the V stages), both
-  /// after its first K block, which loads under the previous tile's end.
+  /// tile's Q waits for q_empty after its first K block, which loads under the previous tile's end, and its first V
+  /// waits for o_empty (the previous tile's O staged over the V stages).
   static __device__ __forceinline__ void produce(const Smem& sm, const Params& p, const TileWork& w,
                                                  PipelineState<Cfg::kStages>& pipe, int loaded) {
     if (w.range.empty()) return;
     const int lane = threadIdx.x % 32;
     if (loaded == 0 && threadIdx.x % 128 == 0) load_q(sm, &p.tm_q, w, p);
     GatherSignal gathered;
-    for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
-      const BlockPages page = block_pages(n_block, lane, w, p);
-      acquire_stage(sm.k_empty(pipe.stage), pipe.phase, sm.k_full(pipe.stage), Smem::kKStageBytes, lane);
-      load_block<Cfg::kHeadDim>(sm.k(pipe.stage), true, sm.k_full(pipe.stage), n_block, w, p, lane, page, gathered);
+    const int n_first = w.range.n_block_max - 1;
+    auto load_k = [&](int n_block, const PipelineState<Cfg::kStages>& at, const BlockPages& page) {
+      acquire_stage(sm.k_empty(at.stage), at.phase, sm.k_full(at.stage), Smem::kKStageBytes, lane);
+      load_block<Cfg::kHeadDim>(sm.k(at.stage), true, sm.k_full(at.stage), n_block, w, p, lane, page, gathered);
       if constexpr (Cfg::kPersistent) {
-        if (loaded > 0 && n_block == w.range.n_block_max - 1) {
+        if (loaded > 0 && n_block == n_first) {
           if (lane == 0) {
             mbarrier_wait(sm.q_empty(), static_cast<uint32_t>(loaded - 1) & 1u);
             load_q(sm, &p.tm_q, w, p);
-            mbarrier_wait(sm.o_empty(), static_cast<uint32_t>(loaded - 1) & 1u);
           }
           __syncwarp();
         }
       }
-      acquire_stage(sm.v_empty(pipe.stage), pipe.phase, sm.v_full(pipe.stage), Smem::kVStageBytes, lane);
-      load_block<Cfg::kHeadDimV>(sm.v(pipe.stage), false, sm.v_full(pipe.stage), n_block, w, p, lane, page,
-                                 gathered);
-      pipe.advance();
+    };
+    auto load_v = [&](int n_block, const PipelineState<Cfg::kStages>& at, const BlockPages& page) {
+      if constexpr (Cfg::kPersistent) {
+        if (loaded > 0 && n_block == n_first) {
+          if (lane == 0) mbarrier_wait(sm.o_empty(), static_cast<uint32_t>(loaded - 1) & 1u);
+          __syncwarp();
+        }
+      }
+      acquire_stage(sm.v_empty(at.stage), at.phase, sm.v_full(at.stage), Smem::kVStageBytes, lane);
+      load_block<Cfg::kHeadDimV>(sm.v(at.stage), false, sm.v_full(at.stage), n_block, w, p, lane, page, gathered);
+    };
+    if constexpr (Cfg::kLoadKAhead) {
+      // The next block's stage is derived and its pages looked up again for V (an L1 hit) rather than carried: the
+      // producer runs in 24 registers.
+      load_k(n_first, pipe, block_pages(n_first, lane, w, p));
+      for (int n_block = n_first; n_block >= w.range.n_block_min; --n_block) {
+        if (n_block > w.range.n_block_min) {
+          PipelineState<Cfg::kStages> k_at = pipe;
+          k_at.advance();
+          load_k(n_block - 1, k_at, block_pages(n_block - 1, lane, w, p));
+        }
+        load_v(n_block, pipe, block_pages(n_block, lane, w, p));
+        pipe.advance();
+      }
+    } else {
+      for (int n_block = n_first; n_block >= w.range.n_block_min; --n_block) {
+        const BlockPages page = block_pages(n_block, lane, w, p);
+        load_k(n_block, pipe, page);
+        load_v(n_block, pipe, page);
+        pipe.advance();
+      }
     }
     gathered.flush();
   }

@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -374,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -434,10 +434,11 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
   CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
         "bf16 d128 causal 128x128 wg2 st2 pingpong overlap persistent");
-  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) == "fp16 d256 128x80 wg2 st2 pingpong overlap persistent");
+  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) ==
+        "fp16 d256 128x80 wg2 st2 pingpong overlap k-ahead persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
-        "bf16 d256 128x80 wg2 st2 persistent");
+        "bf16 d256 128x80 wg2 st2 k-ahead persistent");
   CHECK(af::name_token(spec) == "bf16_d128_causal");
   CHECK(af::name_token(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16_d64_full");
 }
@@ -601,17 +602,18 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
     int head_dim;
     bool causal;
     af::TileDefaults expected;
-    bool persistent;  // the persistent grid (the rows measured slower there run one CTA per tile)
+    bool persistent;    // the persistent grid (the rows measured slower there run one CTA per tile)
+    bool load_k_ahead;  // K one block ahead of V (the rows measured faster that way)
   };
-  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}, persistent
+  // {block_m, block_n, consumer_warpgroups, stages, pingpong, intra_wg_overlap}, persistent, load_k_ahead
   const std::vector<Row> rows = {
-      {64, false, {192, 128, 3, 2, true, true}, true},   {64, true, {192, 128, 3, 2, true, true}, true},
-      {96, false, {192, 96, 3, 2, false, true}, false},  {96, true, {192, 96, 3, 2, true, true}, false},
-      {128, false, {128, 176, 2, 2, true, true}, true},  {128, true, {128, 176, 2, 2, true, true}, true},
-      {192, false, {128, 112, 2, 2, true, true}, false}, {192, true, {128, 112, 2, 2, true, true}, true},
-      {256, false, {128, 80, 2, 2, true, true}, true},   {256, true, {128, 80, 2, 2, true, true}, true},
+      {64, false, {192, 128, 3, 2, true, true}, true, false},  {64, true, {192, 128, 3, 2, true, true}, true, false},
+      {96, false, {192, 96, 3, 2, false, true}, false, false}, {96, true, {192, 96, 3, 2, true, true}, false, false},
+      {128, false, {128, 176, 2, 2, true, true}, true, false}, {128, true, {128, 176, 2, 2, true, true}, true, false},
+      {192, false, {128, 112, 2, 2, true, true}, false, false}, {192, true, {128, 112, 2, 2, true, true}, true, true},
+      {256, false, {128, 80, 2, 2, true, true}, true, true},   {256, true, {128, 80, 2, 2, true, true}, true, true},
       // sizes between the rows take the row above: 72 the 96 row, 200 the 256 row
-      {72, false, {192, 96, 3, 2, false, true}, false},  {200, true, {128, 80, 2, 2, true, true}, true},
+      {72, false, {192, 96, 3, 2, false, true}, false, false}, {200, true, {128, 80, 2, 2, true, true}, true, true},
   };
   for (const Row& row : rows) {
     for (const DType dtype : {DType::kFp16, DType::kBf16}) {
@@ -623,6 +625,7 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
       CHECK(t.stages == row.expected.stages);
       CHECK(t.pingpong == row.expected.pingpong);
       CHECK(t.persistent == row.persistent);
+      CHECK(t.load_k_ahead == row.load_k_ahead);
       CHECK(t.intra_wg_overlap == row.expected.intra_wg_overlap);
       // A spec that leaves the kernel fields out resolves to exactly the table row.
       const Spec spec = parse(table_default_spec(dtype, row.head_dim, row.causal));
@@ -633,6 +636,7 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
       CHECK(spec.pingpong == t.pingpong);
       CHECK(spec.intra_wg_overlap == t.intra_wg_overlap);
       CHECK(spec.persistent == t.persistent);
+      CHECK(spec.load_k_ahead == t.load_k_ahead);
     }
   }
   // A pair of different dims takes the tile of its larger dim's row, grid included; 192 / 128 has a row of its own.
@@ -642,6 +646,10 @@ TEST_CASE("tile table defaults and kernel configs", "[spec]") {
   CHECK(af::default_tile(DType::kBf16, 192, 96, true).persistent);
   CHECK(af::default_tile(DType::kBf16, 192, 128, false).persistent);
   CHECK(af::default_tile(DType::kE4m3, 96, 96, false).persistent);
+  CHECK(af::default_tile(DType::kBf16, 192, 128, true).load_k_ahead);
+  CHECK_FALSE(af::default_tile(DType::kBf16, 192, 128, false).load_k_ahead);
+  CHECK(af::default_tile(DType::kBf16, 256, 128, false).load_k_ahead);
+  CHECK_FALSE(af::default_tile(DType::kE4m3, 256, 256, false).load_k_ahead);
   try {
     af::default_tile(DType::kBf16, 100, 100, false);
     FAIL("default_tile accepted head_dim 100");
@@ -881,6 +889,31 @@ TEST_CASE("rescale_o_before_pv: its own kernel, and the schedules it refuses", "
   built.intra_wg_overlap = built.pingpong = false;
   built.rescale_o_before_pv = true;
   CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("rescale_o_before_pv"));
+}
+
+TEST_CASE("load_k_ahead: its own kernel, and the producer it refuses", "[spec]") {
+  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 256, "load_k_ahead": false})");
+  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "load_k_ahead": true})");
+  CHECK(on.load_k_ahead);
+  CHECK_FALSE(off.load_k_ahead);
+  CHECK(af::canonical_string(off) != af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 256})")));
+  CHECK(af::parse_spec(af::canonical_json(on)) == on);
+  CHECK(af::parse_spec(af::canonical_json(off)) == off);
+  CHECK_THAT(af::spec_summary(on), Contains("k-ahead"));
+  CHECK_THAT(af::spec_summary(off), !Contains("k-ahead"));
+  CHECK(af::emit_kernel(af::make_kernel_config(on)).code.find("static constexpr bool kLoadKAhead = true;") !=
+        std::string::npos);
+  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find("static constexpr bool kLoadKAhead = false;") !=
+        std::string::npos);
+  // e4m3 with V in the tensor's layout: its producer warpgroup transposes V as it lands, in K-and-V order.
+  CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "load_k_ahead": true})"),
+                    Contains("\"load_k_ahead\": true is not allowed with dtype \"e4m3\" and v_layout \"seq_major\""));
+  CHECK(parse(R"({"dtype": "e4m3", "head_dim": 128, "v_layout": "d_major", "load_k_ahead": true})").load_k_ahead);
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "load_k_ahead": 1})"), Contains("load_k_ahead"));
+  // A spec built in code is judged by the same rule.
+  af::Spec built = af::default_spec(DType::kE4m3, 128, 128, false);
+  built.load_k_ahead = true;
+  CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("load_k_ahead"));
 }
 
 TEST_CASE("persistent: its own kernel, its O staging over V, and the layouts it refuses", "[spec]") {
