@@ -370,7 +370,7 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "rescale_o_before_pv", "load_k_ahead", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
@@ -419,6 +419,7 @@ Spec parse_spec(const json& doc) {
   spec.rescale_o_before_pv =
       read_knob(doc, "rescale_o_before_pv", defaults.rescale_o_before_pv && rescale_o_fits(spec));
   spec.load_k_ahead = read_knob(doc, "load_k_ahead", defaults.load_k_ahead && load_k_ahead_fits(spec));
+  spec.mask_free_loop = read_knob(doc, "mask_free_loop", defaults.mask_free_loop);
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -459,6 +460,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.pingpong = d.pingpong && d.intra_wg_overlap && d.consumer_warpgroups >= 2;
   spec.rescale_o_before_pv = d.rescale_o_before_pv && rescale_o_fits(spec);
   spec.load_k_ahead = d.load_k_ahead && load_k_ahead_fits(spec);
+  spec.mask_free_loop = d.mask_free_loop;
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
@@ -502,6 +504,7 @@ json canonical_json(const Spec& spec) {
       {"intra_wg_overlap", spec.intra_wg_overlap},
       {"rescale_o_before_pv", spec.rescale_o_before_pv},
       {"load_k_ahead", spec.load_k_ahead},
+      {"mask_free_loop", spec.mask_free_loop},
       {"cluster_m", spec.cluster_m},
       {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
@@ -531,6 +534,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.intra_wg_overlap) text += " overlap";
   if (spec.rescale_o_before_pv) text += " rescale-early";
   if (spec.load_k_ahead) text += " k-ahead";
+  if (!spec.mask_free_loop) text += " one-loop";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   if (spec.varlen_q) text += " varlen_q";

@@ -40,6 +40,10 @@
 //                       before V of block j (FA3's load order under intra-warpgroup overlap) instead of K and V of
 //                       block j together, so the K a Q.K^T waits for is not queued behind a V stage the consumers
 //                       free only after their P.V; the outputs are the same bit for bit
+//   mask_free_loop      bool, default from the tile table: the key blocks that need no mask (FA3's steady state)
+//                       run a second copy of the key-block loop that holds no mask code; false runs every block
+//                       through the masked copy, which checks per block whether to mask (one copy of the body:
+//                       about a third less NVRTC time); the outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -155,6 +159,7 @@ struct Spec {
   bool intra_wg_overlap = false;
   bool rescale_o_before_pv = false;
   bool load_k_ahead = false;
+  bool mask_free_loop = true;
   int cluster_m = 1;
   bool persistent = false;
   bool varlen_q = false;

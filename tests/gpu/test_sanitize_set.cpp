@@ -96,11 +96,14 @@ TEST_CASE("sanitizer set: persistent grids whose CTAs run several tiles, and the
       {R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major"})", 799, 239, 2, 64, 16},
       {R"({"dtype":"bf16","head_dim":128,"causal":true,"persistent":false})", 239, 1023},
       // The short-causal tiles (tile_table.h: short_causal_max_seqlen_k): d64 on two warpgroups, d128 128x128, and
-      // rescale_o_before_pv on d256.
+      // rescale_o_before_pv on d256; load_k_ahead (the table's d256 default) on d128 with three stages on a persistent
+      // grid whose CTAs run several tiles, and on e4m3 with V d_major.
       {R"({"dtype":"bf16","head_dim":64,"causal":true,"tile":{"block_m":128,"block_n":128},"consumer_warpgroups":2})",
        1023, 1023, 3, 40, 8},
       {R"({"dtype":"fp16","head_dim":128,"causal":true,"tile":{"block_n":128}})", 799, 799, 2, 48, 8},
       {R"({"dtype":"bf16","head_dim":256,"rescale_o_before_pv":true})", 239, 1023},
+      {R"({"dtype":"bf16","head_dim":128,"load_k_ahead":true,"stages":3,"tile":{"block_n":128}})", 1023, 799, 2, 32, 8},
+      {R"({"dtype":"e4m3","head_dim":128,"v_layout":"d_major","load_k_ahead":true})", 239, 1023},
   };
   run_sanitize_cases(cases);
 }

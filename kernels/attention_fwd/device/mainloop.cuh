@@ -689,7 +689,10 @@ struct Mainloop {
                                                             Softmax& softmax, const int (&query)[2], uint32_t q_rows,
                                                             int wg, PipelineState<Cfg::kStages>& pipe) {
     int n_block = w.range.n_block_max - 1;
-    if constexpr (!Variant::kLocal) {  // masked blocks, then mask-free ones
+    if constexpr (!Cfg::kMaskFreeLoop) {  // one copy of the body: every block checks whether it needs the mask
+      for (; n_block >= w.range.n_block_min; --n_block)
+        sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+    } else if constexpr (!Variant::kLocal) {  // masked blocks, then mask-free ones
       for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
         sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
       for (; n_block >= w.range.n_block_min; --n_block)
@@ -771,7 +774,11 @@ struct Mainloop {
     pipe.advance();
     // The blocks that may need the mask come first (last block first); the rest run a loop without mask code.
     int n_block = w.range.n_block_max - 2;
-    if constexpr (!Variant::kLocal) {
+    if constexpr (!Cfg::kMaskFreeLoop) {  // one copy of the body: every block checks whether it needs the mask
+      for (; n_block >= w.range.n_block_min; --n_block)
+        overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
+                              o_pending);
+    } else if constexpr (!Variant::kLocal) {
       for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
         overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
                                 o_pending);

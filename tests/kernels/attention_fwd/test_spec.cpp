@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -374,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -914,6 +914,22 @@ TEST_CASE("load_k_ahead: its own kernel, and the producer it refuses", "[spec]")
   af::Spec built = af::default_spec(DType::kE4m3, 128, 128, false);
   built.load_k_ahead = true;
   CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("load_k_ahead"));
+}
+
+TEST_CASE("mask_free_loop: its own kernel and the loop it emits", "[spec]") {
+  const Spec two = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "mask_free_loop": true})");
+  const Spec one = parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "mask_free_loop": false})");
+  CHECK(two.mask_free_loop);
+  CHECK_FALSE(one.mask_free_loop);
+  CHECK(af::canonical_string(one) != af::canonical_string(two));
+  CHECK(af::parse_spec(af::canonical_json(one)) == one);
+  CHECK_THAT(af::spec_summary(one), Contains("one-loop"));
+  CHECK_THAT(af::spec_summary(two), !Contains("one-loop"));
+  CHECK(af::emit_kernel(af::make_kernel_config(one)).code.find("static constexpr bool kMaskFreeLoop = false;") !=
+        std::string::npos);
+  CHECK(af::emit_kernel(af::make_kernel_config(two)).code.find("static constexpr bool kMaskFreeLoop = true;") !=
+        std::string::npos);
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "mask_free_loop": "no"})"), Contains("mask_free_loop"));
 }
 
 TEST_CASE("persistent: its own kernel, its O staging over V, and the layouts it refuses", "[spec]") {
