@@ -40,10 +40,11 @@
 //                       before V of block j (FA3's load order under intra-warpgroup overlap) instead of K and V of
 //                       block j together, so the K a Q.K^T waits for is not queued behind a V stage the consumers
 //                       free only after their P.V; the outputs are the same bit for bit
-//   mask_free_loop      bool, default from the tile table: the key blocks that need no mask (FA3's steady state)
-//                       run a second copy of the key-block loop that holds no mask code; false runs every block
-//                       through the masked copy, which checks per block whether to mask (one copy of the body:
-//                       about a third less NVRTC time); the outputs are the same bit for bit
+//   mask_free_loop      bool, default from the tile table: true runs the key blocks that need no mask (FA3's
+//                       steady state) through a second copy of the key-block loop that holds no mask code; false
+//                       runs every block, the first one included (peeled otherwise: it has no P.V), through the
+//                       masked copy, which checks per block whether to mask (one copy of the body: about half the
+//                       NVRTC time of two copies and a peeled first block); the outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)

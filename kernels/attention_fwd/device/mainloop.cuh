@@ -755,49 +755,57 @@ struct Mainloop {
     uint32_t p[kPRegs];
     float acc[kAccRegs];
     float o_pending[2] = {1.f, 1.f};  // kRescaleOBeforePv: O's factor not applied yet (none after the first block)
-    {  // first block: S, softmax, P (O is still zero, nothing to rescale)
-      float s[ScoreFrag::kRegs];
-      mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
-      gemm_turn_begin(wg);
-      wgmma_fence();
-      issue_qk(s, q_rows, sm, pipe.stage);
-      gemm_turn_end(wg);
-      wgmma_wait<0>();
-      fence_operands(s);
-      if (lane == 0) release(sm.k_empty(pipe.stage));
-      release_q(sm, w.range.n_block_max - 1, w, lane);
-      float o_scale[2];
-      softmax_step<true>(s, w.range.n_block_max - 1, w, query, descale, softmax, o_scale);
-      convert_p(s, p);
-    }
     PipelineState<Cfg::kStages> v_pipe = pipe;  // V of the block whose P is pending
-    pipe.advance();
-    // The blocks that may need the mask come first (last block first); the rest run a loop without mask code.
-    int n_block = w.range.n_block_max - 2;
-    if constexpr (!Cfg::kMaskFreeLoop) {  // one copy of the body: every block checks whether it needs the mask
-      for (; n_block >= w.range.n_block_min; --n_block)
-        overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
-                              o_pending);
-    } else if constexpr (!Variant::kLocal) {
-      for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
-        overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
-                                o_pending);
-      for (; n_block >= w.range.n_block_min; --n_block)
-        overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
-                                 o_pending);
+    if constexpr (!Cfg::kMaskFreeLoop) {
+      // One copy of the body: every block, the first one included, checks whether it needs the mask; the first
+      // block's step issues no P.V (there is no P yet). O and the fresh accumulator start at zero, so the
+      // rescale and add of that step leave them at zero: the outputs are those of the peeled schedule below.
+#pragma unroll
+      for (int i = 0; i < kAccRegs; ++i) acc[i] = 0.f;
+      for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block)
+        overlapped_step<true, true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
+                                    o_pending);
     } else {
-      // A sliding window's blocks left of the last query's window run in a second round of the masked loop, as in
-      // consume_sequential.
-      int masked_min = max(w.first_masked, w.range.n_block_min);
-      for (;;) {
-        for (; n_block >= masked_min; --n_block)
-          overlapped_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
-                                o_pending);
-        for (; n_block >= max(w.unmasked_min, w.range.n_block_min); --n_block)
-          overlapped_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
-                                 o_pending);
-        if (n_block < w.range.n_block_min) break;
-        masked_min = w.range.n_block_min;
+      {  // first block: S, softmax, P (O is still zero, nothing to rescale)
+        float s[ScoreFrag::kRegs];
+        mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
+        gemm_turn_begin(wg);
+        wgmma_fence();
+        issue_qk(s, q_rows, sm, pipe.stage);
+        gemm_turn_end(wg);
+        wgmma_wait<0>();
+        fence_operands(s);
+        if (lane == 0) release(sm.k_empty(pipe.stage));
+        release_q(sm, w.range.n_block_max - 1, w, lane);
+        float o_scale[2];
+        softmax_step<true>(s, w.range.n_block_max - 1, w, query, descale, softmax, o_scale);
+        convert_p(s, p);
+      }
+      v_pipe = pipe;
+      pipe.advance();
+      // The blocks that may need the mask come first (last block first); the rest run a loop without mask code.
+      int n_block = w.range.n_block_max - 2;
+      if constexpr (!Variant::kLocal) {
+        for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
+          overlapped_step<true, false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
+                                       o_pending);
+        for (; n_block >= w.range.n_block_min; --n_block)
+          overlapped_step<false, false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p, acc,
+                                        o_pending);
+      } else {
+        // A sliding window's blocks left of the last query's window run in a second round of the masked loop, as
+        // in consume_sequential.
+        int masked_min = max(w.first_masked, w.range.n_block_min);
+        for (;;) {
+          for (; n_block >= masked_min; --n_block)
+            overlapped_step<true, false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p,
+                                         acc, o_pending);
+          for (; n_block >= max(w.unmasked_min, w.range.n_block_min); --n_block)
+            overlapped_step<false, false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe, v_pipe, p,
+                                          acc, o_pending);
+          if (n_block < w.range.n_block_min) break;
+          masked_min = w.range.n_block_min;
+        }
       }
     }
     // last P.V
@@ -828,7 +836,8 @@ struct Mainloop {
 
   /// One step j of the overlapped schedule: S_j = Q.K_j^T and O (+)= P_{j-1}.V_{j-1} issued together, the softmax
   /// of S_j under the P.V GEMM, then O rescaled (or the fresh accumulator added) and P_j packed.
-  template <bool kMaybeMasked>
+  /// kMaybeFirst: the step may be the tile's first (n_block = n_block_max - 1), which issues no P.V.
+  template <bool kMaybeMasked, bool kMaybeFirst>
   static __device__ __forceinline__ void overlapped_step(const Smem& sm, const TileWork& w,
                                                          const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
                                                          Softmax& softmax, const int (&query)[2], uint32_t q_rows, int wg,
@@ -836,9 +845,10 @@ struct Mainloop {
                                                          PipelineState<Cfg::kStages>& v_pipe, uint32_t (&p)[kPRegs],
                                                          float (&acc)[kAccRegs], float (&o_pending)[2]) {
     const int lane = threadIdx.x % 32;
+    const bool first = kMaybeFirst && n_block == w.range.n_block_max - 1;
     float s[ScoreFrag::kRegs];
     mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
-    mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
+    if (!first) mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
     gemm_turn_begin(wg);
     wgmma_fence();
     issue_qk(s, q_rows, sm, pipe.stage);
@@ -848,12 +858,20 @@ struct Mainloop {
       fence_operands(o);
       rescale_o(o, o_pending);
       fence_operands(o);
-      wgmma_fence();
     }
-    if constexpr (Cfg::kTwoLevelAccum) {
-      issue_pv<true>(acc, p, sm, v_pipe.stage);
+    // Each branch starts with its own wgmma.fence (ptxas would otherwise inject one there; FA3 fences every GEMM).
+    if (first) {
+      // No P yet: an empty group in place of P.V's (PTX ISA, wgmma.commit_group), so every step waits on the same
+      // counts. Branching on the issue alone, not on the waits, keeps ptxas from serialising the GEMMs.
+      wgmma_fence();
+      wgmma_commit();
     } else {
-      issue_pv<false>(o, p, sm, v_pipe.stage);
+      wgmma_fence();
+      if constexpr (Cfg::kTwoLevelAccum) {
+        issue_pv<true>(acc, p, sm, v_pipe.stage);
+      } else {
+        issue_pv<false>(o, p, sm, v_pipe.stage);
+      }
     }
     gemm_turn_end(wg);
     wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run
@@ -864,7 +882,7 @@ struct Mainloop {
     softmax_step<kMaybeMasked>(s, n_block, w, query, descale, softmax, o_scale);
     wgmma_wait<0>();
     fence_operands(p);
-    if (lane == 0) release(sm.v_empty(v_pipe.stage));
+    if (!first && lane == 0) release(sm.v_empty(v_pipe.stage));
     if constexpr (Cfg::kTwoLevelAccum) {
       fence_operands(acc);
       add_chunk(o, acc, 0, o_scale);

@@ -35,6 +35,10 @@ TEST_CASE("every config compiles with NVRTC, without spills, using wgmma/TMA/set
     CHECK(k.ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(k.ptx.find("cp.async.bulk.tensor") != std::string::npos);
     CHECK(k.ptx.find("setmaxnreg") != std::string::npos);
+    // ptxas keeps every wgmma asynchronous: no "wgmma.mma_async instructions are serialized" (C7514) and no
+    // wgmma.fence it had to inject (C7519) where the kernel's own are missing.
+    CHECK(k.log.find("C7514") == std::string::npos);
+    CHECK(k.log.find("C7519") == std::string::npos);
     CHECK(k.cubin.size() > 10000);
     std::printf("%-28s %-52s regs %3d spill %d/%d  %.0f ms\n", entry.path().filename().c_str(),
                 k.kernel_name.c_str(), k.report.registers, k.report.spill_store_bytes, k.report.spill_load_bytes,

@@ -48,12 +48,18 @@ std::string run_capture(const std::string& cmd) {
   return out;
 }
 
-// Counts of each tensor-core instruction form in the disassembly, e.g. "QGMMA.64x160x32.F32.E4M3.E4M3".
+// Counts of each tensor-core instruction form in the disassembly, e.g. "QGMMA.64x160x32.F32.E4M3.E4M3". An
+// instruction that writes RZ from RZ and the null descriptor is no GEMM: it is how ptxas closes an empty
+// wgmma-group (the first key block's step of the overlapped schedule commits one in place of its P.V); those are
+// counted under "empty group".
 std::map<std::string, int> mma_forms(const std::string& sass) {
   std::map<std::string, int> forms;
-  const std::regex re(R"((QGMMA|HGMMA)\.[0-9A-Zx.]+)");
-  for (auto it = std::sregex_iterator(sass.begin(), sass.end(), re); it != std::sregex_iterator(); ++it)
-    ++forms[it->str()];
+  const std::regex re(R"(((QGMMA|HGMMA)\.[0-9A-Zx.]+)\s+([^;]*);)");
+  for (auto it = std::sregex_iterator(sass.begin(), sass.end(), re); it != std::sregex_iterator(); ++it) {
+    const std::string operands = (*it)[3].str();
+    const bool empty_group = operands.rfind("RZ, gdesc[URZ], RZ", 0) == 0;
+    ++forms[empty_group ? "empty group" : (*it)[1].str()];
+  }
   return forms;
 }
 
@@ -89,8 +95,15 @@ TEST_CASE("e4m3 kernels run QGMMA E4M3 for both GEMMs, 16-bit kernels HGMMA", "[
     const std::string pv = fmt::format("{}GMMA.64x{}{}", fp8 ? "Q" : "H", cfg.spec.head_dim_v, suffix);
     CHECK(forms.count(qk) == 1);
     CHECK(forms.count(pv) == 1);
-    // No tensor-core instruction of another kind: an e4m3 kernel has no HGMMA at all.
-    for (const auto& [form, count] : forms) CHECK(form.rfind(fp8 ? "QGMMA" : "HGMMA", 0) == 0);
+    // No tensor-core instruction of another kind: an e4m3 kernel has no HGMMA GEMM at all. At most one empty group
+    // per consumer loop (the first block's step; one loop per schedule).
+    for (const auto& [form, count] : forms) {
+      if (form == "empty group") {
+        CHECK(count <= 1);
+      } else {
+        CHECK(form.rfind(fp8 ? "QGMMA" : "HGMMA", 0) == 0);
+      }
+    }
   }
 }
 
