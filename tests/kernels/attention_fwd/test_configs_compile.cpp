@@ -1,5 +1,5 @@
-// Every spec in configs/ and configs/models/ compiles through NVRTC for sm_90a with zero spill bytes, and its PTX uses the
-// Hopper instructions the design depends on (wgmma, TMA, setmaxnreg). Needs no GPU.
+// Every spec in configs/ and configs/models/ compiles through NVRTC for sm_90a with zero spill bytes and every wgmma
+// asynchronous, and its PTX uses the Hopper instructions the design depends on (wgmma, TMA, setmaxnreg). Needs no GPU.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -15,6 +15,22 @@
 
 using namespace fa3jit;
 
+namespace {
+
+// What every kernel the project builds must show in ptxas's report: no spill, no stack frame, and every wgmma kept
+// asynchronous: no "wgmma.mma_async instructions are serialized" (C7514) and no wgmma.fence ptxas had to inject
+// (C7519) where the kernel's own are missing.
+void check_resources(const CompiledKernel& k) {
+  CHECK(k.report.registers > 0);
+  CHECK(k.report.spill_store_bytes == 0);
+  CHECK(k.report.spill_load_bytes == 0);
+  CHECK(k.report.stack_frame_bytes == 0);
+  CHECK(k.log.find("C7514") == std::string::npos);
+  CHECK(k.log.find("C7519") == std::string::npos);
+}
+
+}  // namespace
+
 TEST_CASE("every config compiles with NVRTC, without spills, using wgmma/TMA/setmaxnreg", "[compile][configs]") {
   int compiled = 0;
   // configs/ and configs/models/ (the sweep spaces of configs/sweeps/ and the serving manifests of configs/manifests/
@@ -28,17 +44,10 @@ TEST_CASE("every config compiles with NVRTC, without spills, using wgmma/TMA/set
     INFO(entry.path().filename().string() << ": " << k.kernel_name << " registers " << k.report.registers
                                           << " spill stores " << k.report.spill_store_bytes << " loads "
                                           << k.report.spill_load_bytes);
-    CHECK(k.report.registers > 0);
-    CHECK(k.report.spill_store_bytes == 0);
-    CHECK(k.report.spill_load_bytes == 0);
-    CHECK(k.report.stack_frame_bytes == 0);
+    check_resources(k);
     CHECK(k.ptx.find("wgmma.mma_async") != std::string::npos);
     CHECK(k.ptx.find("cp.async.bulk.tensor") != std::string::npos);
     CHECK(k.ptx.find("setmaxnreg") != std::string::npos);
-    // ptxas keeps every wgmma asynchronous: no "wgmma.mma_async instructions are serialized" (C7514) and no
-    // wgmma.fence it had to inject (C7519) where the kernel's own are missing.
-    CHECK(k.log.find("C7514") == std::string::npos);
-    CHECK(k.log.find("C7519") == std::string::npos);
     CHECK(k.cubin.size() > 10000);
     std::printf("%-28s %-52s regs %3d spill %d/%d  %.0f ms\n", entry.path().filename().c_str(),
                 k.kernel_name.c_str(), k.report.registers, k.report.spill_store_bytes, k.report.spill_load_bytes,
@@ -66,9 +75,7 @@ TEST_CASE("every head dim of the capability rule compiles without spills (16-bit
     const CompiledKernel k = compile_kernel(make_request(make_kernel_config(spec)).source);
     INFO(spec_summary(spec) << ": registers " << k.report.registers << " spill stores " << k.report.spill_store_bytes
                             << " loads " << k.report.spill_load_bytes);
-    CHECK(k.report.spill_store_bytes == 0);
-    CHECK(k.report.spill_load_bytes == 0);
-    CHECK(k.report.stack_frame_bytes == 0);
+    check_resources(k);
   }
 }
 
@@ -91,8 +98,7 @@ TEST_CASE("the serving kernels of a manifest compile without spills (TMA and gat
     const CompiledKernel c = compile_kernel(fa3jit::request_for(fa3jit::split_spec_document(k.spec)).source);
     INFO(k.what << ": " << c.kernel_name << " registers " << c.report.registers << " spill stores "
                 << c.report.spill_store_bytes << " loads " << c.report.spill_load_bytes);
-    CHECK(c.report.spill_store_bytes == 0);
-    CHECK(c.report.spill_load_bytes == 0);
+    check_resources(c);
     ++compiled;
   }
   CHECK(compiled >= 30);
@@ -112,9 +118,7 @@ TEST_CASE("16-bit softcap kernels over gathered pages compile without spills (th
           const CompiledKernel k = compile_kernel(make_request(make_kernel_config(spec)).source);
           INFO(spec_summary(spec) << ": registers " << k.report.registers << " spill stores "
                                   << k.report.spill_store_bytes << " loads " << k.report.spill_load_bytes);
-          CHECK(k.report.spill_store_bytes == 0);
-          CHECK(k.report.spill_load_bytes == 0);
-          CHECK(k.report.stack_frame_bytes == 0);
+          check_resources(k);
           // d64's table tile is 192 x 128 (spilled here), d96's 192 x 96.
           CHECK(spec.block_n == (head_dim == 64 ? 112 : 96));
         }
