@@ -104,6 +104,12 @@ TEST_CASE("sanitizer set: persistent grids whose CTAs run several tiles, and the
       {R"({"dtype":"bf16","head_dim":256,"rescale_o_before_pv":true})", 239, 1023},
       {R"({"dtype":"bf16","head_dim":128,"load_k_ahead":true,"stages":3,"tile":{"block_n":128}})", 1023, 799, 2, 32, 8},
       {R"({"dtype":"e4m3","head_dim":128,"v_layout":"d_major","load_k_ahead":true})", 239, 1023},
+      // Both copies of the key-block loop: mask_free_loop false (the first block through the loop body, its empty
+      // wgmma group) on a persistent causal grid whose CTAs run several tiles, and true.
+      {R"({"dtype":"bf16","head_dim":128,"causal":true,"mask_free_loop":false})", 1023, 799, 2, 32, 8},
+      {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"mask_free_loop":false})",
+       239, 1023},
+      {R"({"dtype":"fp16","head_dim":64,"causal":true,"mask_free_loop":true})", 799, 1023},
   };
   run_sanitize_cases(cases);
 }
