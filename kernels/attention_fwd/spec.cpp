@@ -534,7 +534,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.intra_wg_overlap) text += " overlap";
   if (spec.rescale_o_before_pv) text += " rescale-early";
   if (spec.load_k_ahead) text += " k-ahead";
-  if (!spec.mask_free_loop) text += " one-loop";
+  if (spec.mask_free_loop) text += " mask-free-loop";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   if (spec.varlen_q) text += " varlen_q";

@@ -40,7 +40,7 @@
 //                       before V of block j (FA3's load order under intra-warpgroup overlap) instead of K and V of
 //                       block j together, so the K a Q.K^T waits for is not queued behind a V stage the consumers
 //                       free only after their P.V; the outputs are the same bit for bit
-//   mask_free_loop      bool, default from the tile table: true runs the key blocks that need no mask (FA3's
+//   mask_free_loop      bool, default from the tile table (16-bit false, e4m3 true): true runs the key blocks that need no mask (FA3's
 //                       steady state) through a second copy of the key-block loop that holds no mask code; false
 //                       runs every block, the first one included (peeled otherwise: it has no P.V), through the
 //                       masked copy, which checks per block whether to mask (one copy of the body: about half the
@@ -160,7 +160,7 @@ struct Spec {
   bool intra_wg_overlap = false;
   bool rescale_o_before_pv = false;
   bool load_k_ahead = false;
-  bool mask_free_loop = true;
+  bool mask_free_loop = false;
   int cluster_m = 1;
   bool persistent = false;
   bool varlen_q = false;

@@ -153,6 +153,13 @@ bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
   return r == 256 || (r == 192 && causal);
 }
 
+// Whether the tile runs the mask-free key blocks through their own copy of the loop body (spec.h: mask_free_loop).
+// Measured on the H200, one copy (first block folded in) against two in one process (bench_fwd.py fa3jit_alt;
+// bench/NOTES.md, 2026-12-05): 16-bit d64/128/256, both masks, 1k-16k, 0.96-1.04 either way (geomean about 1.0), so
+// 16-bit takes one copy for its compile time (0.81x NVRTC); e4m3 d128/d256 one copy ran 1.08-1.32x slower, so e4m3
+// keeps two.
+bool mask_free_loop_row(DType dtype) { return dtype == DType::kE4m3; }
+
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
@@ -171,6 +178,7 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // 0.61-1.12 of the grid.
   t.persistent = persistent_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   t.load_k_ahead = load_k_ahead_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
+  t.mask_free_loop = mask_free_loop_row(dtype);
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 
@@ -185,6 +193,7 @@ TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
   if (!supports_head_dims(dtype, head_dim, head_dim_v)) return default_tile(dtype, head_dim, head_dim_v, false);
   const bool fp8 = dtype == DType::kE4m3;
   TileDefaults t{64, 128, 1, 2, false, true};
+  t.mask_free_loop = mask_free_loop_row(dtype);
   switch (std::max(tuned_row(head_dim), tuned_row(head_dim_v))) {
     case 64: t.stages = 4; break;
     case 96:
