@@ -19,13 +19,17 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-/// One arrival on the mbarrier at shared address `bar` (this CTA's offset) in CTA `rank` of the cluster.
+/// One arrival on the mbarrier at shared address `bar` (this CTA's offset) in CTA `rank` of the cluster, with the
+/// instruction's default semantics (.release at .cta scope), as CUTLASS's ClusterBarrier::arrive. It releases a
+/// stage the caller's wgmma has finished reading (wgmma.wait_group returned), so nothing of the caller's needs to be
+/// made visible to the peer: a .cluster scope compiles to MEMBAR.ALL.GPU before the arrival (SASS, sm_90a), which
+/// cost the 2-CTA cluster kernel about a third of its speed (bench/NOTES.md, 2026-12-05).
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(bar),
       "r"(rank)
       : "memory");

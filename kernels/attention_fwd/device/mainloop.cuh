@@ -183,13 +183,14 @@ struct Mainloop {
     }
   }
 
-  /// Releases a K or V stage: this warp's arrival on the empty barrier of every CTA that loads into it.
+  /// Releases a K or V stage: this warp's arrival on the empty barrier of every CTA that loads into it. Called by
+  /// every lane of the warp (lane r arrives on CTA r's barrier, the cluster's arrivals side by side).
   static __device__ __forceinline__ void release(uint32_t empty_bar) {
+    const uint32_t lane = threadIdx.x % 32;
     if constexpr (Cfg::kClusterM == 1) {
-      mbarrier_arrive(empty_bar);
+      if (lane == 0) mbarrier_arrive(empty_bar);
     } else {
-#pragma unroll
-      for (uint32_t rank = 0; rank < Cfg::kClusterM; ++rank) mbarrier_arrive_cluster(empty_bar, rank);
+      if (lane < Cfg::kClusterM) mbarrier_arrive_cluster(empty_bar, lane);
     }
   }
 
@@ -724,7 +725,7 @@ struct Mainloop {
     issue_qk(s, q_rows, sm, pipe.stage);
     wgmma_wait<0>();
     fence_operands(s);
-    if (lane == 0) release(sm.k_empty(pipe.stage));
+    release(sm.k_empty(pipe.stage));
     release_q(sm, n_block, w, lane);
 
     float o_scale[2];
@@ -735,7 +736,7 @@ struct Mainloop {
 
     mbarrier_wait(sm.v_full(pipe.stage), pipe.phase);
     pv_waited(o, p, sm, pipe.stage);
-    if (lane == 0) release(sm.v_empty(pipe.stage));
+    release(sm.v_empty(pipe.stage));
     pipe.advance();
   }
 
@@ -775,7 +776,7 @@ struct Mainloop {
         gemm_turn_end(wg);
         wgmma_wait<0>();
         fence_operands(s);
-        if (lane == 0) release(sm.k_empty(pipe.stage));
+        release(sm.k_empty(pipe.stage));
         release_q(sm, w.range.n_block_max - 1, w, lane);
         float o_scale[2];
         softmax_step<true>(s, w.range.n_block_max - 1, w, query, descale, softmax, o_scale);
@@ -824,7 +825,7 @@ struct Mainloop {
     gemm_turn_end(wg);
     wgmma_wait<0>();
     fence_operands(p);
-    if (lane == 0) release(sm.v_empty(v_pipe.stage));
+    release(sm.v_empty(v_pipe.stage));
     if constexpr (Cfg::kTwoLevelAccum) {
       fence_operands(acc);
       const float one[2] = {1.f, 1.f};
@@ -880,13 +881,13 @@ struct Mainloop {
     gemm_turn_end(wg);
     wgmma_wait<1>();  // S_j is ready; P_{j-1}.V_{j-1} may still run
     fence_operands(s);
-    if (lane == 0) release(sm.k_empty(pipe.stage));
+    release(sm.k_empty(pipe.stage));
     release_q(sm, n_block, w, lane);
     float o_scale[2];
     softmax_step<kMaybeMasked>(s, n_block, w, query, descale, softmax, o_scale);
     wgmma_wait<0>();
     fence_operands(p);
-    if (!first && lane == 0) release(sm.v_empty(v_pipe.stage));
+    if (!first) release(sm.v_empty(v_pipe.stage));
     if constexpr (Cfg::kTwoLevelAccum) {
       fence_operands(acc);
       add_chunk(o, acc, 0, o_scale);
