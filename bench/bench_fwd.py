@@ -54,6 +54,7 @@ BACKENDS = ("fa3jit", "fa3jit_vt", "fa3jit_pb", "fa3jit_grid", "fa3jit_persisten
 # (fa3jit.quantize_fp8 without rotation, before timing) with the per_block d_major kernel and its own tile.
 # fa3jit_alt: the tile table's kernel (16-bit: fa3jit's tile for the call; e4m3: fa3jit_vt's) with the spec fields of
 # --alt laid over it (a JSON object, e.g. '{"rescale_o_before_pv": true}' or '{"tile": {"block_n": 128}}'): a knob's A/B partner.
+# e4m3 with --alt '{"v_layout": "seq_major", ...}': the partner is fa3jit (V transposed in the kernel).
 NAMES = {"fa3jit": "fa3jit", "fa3jit_vt": "fa3jit d_major", "fa3jit_grid": "fa3jit grid",
          "fa3jit_persistent": "fa3jit persistent", "fa3jit_pb": "fa3jit per_block", "fa3jit_alt": "fa3jit alt",
          "fa3": "FA3",
@@ -220,9 +221,12 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8, backend
         calls["fa3jit_persistent"] = lambda: fa3jit.flash_attn_func(q8, k8, vt8, causal=causal, q_descale=qd,
                                                                     k_descale=kd, v_descale=vd, kernel=persistent_kernel)
         if "fa3jit_alt" in backends:
+            # d_major unless --alt names v_layout "seq_major" (then the partner is fa3jit, V in the tensor's layout).
+            alt_fields = {"v_layout": "d_major", **(alt or {})}
             alt_kernel = fa3jit.Kernel({"dtype": "e4m3", "head_dim": q.shape[3], "head_dim_v": v.shape[3],
-                                        "causal": causal, "v_layout": "d_major", **(alt or {})})
-            calls["fa3jit_alt"] = lambda: fa3jit.flash_attn_func(q8, k8, vt8, causal=causal, q_descale=qd,
+                                        "causal": causal, **alt_fields})
+            alt_v = vt8 if alt_fields["v_layout"] == "d_major" else v8
+            calls["fa3jit_alt"] = lambda: fa3jit.flash_attn_func(q8, k8, alt_v, causal=causal, q_descale=qd,
                                                                  k_descale=kd, v_descale=vd, kernel=alt_kernel)
         if "fa3jit_pb" in backends:  # per-block descales from the pre-pass (no rotation), V written d_major
             pb_kernel = fa3jit.Kernel({"dtype": "e4m3", "head_dim": q.shape[3], "head_dim_v": v.shape[3],
@@ -299,8 +303,9 @@ def bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args
     if "fa3jit_persistent" in outputs and "fa3jit_grid" in outputs:
         row["max_abs_diff_fa3jit_persistent_vs_grid"] = \
             (outputs["fa3jit_persistent"].float() - outputs["fa3jit_grid"].float()).abs().max().item()
-    if grid_partner in outputs and "fa3jit_alt" in outputs:
-        row["max_abs_diff_fa3jit_alt"] = (outputs["fa3jit_alt"].float() - outputs[grid_partner].float()).abs().max().item()
+    alt_of = alt_partner(dtype_name, args.alt)
+    if alt_of in outputs and "fa3jit_alt" in outputs:
+        row["max_abs_diff_fa3jit_alt"] = (outputs["fa3jit_alt"].float() - outputs[alt_of].float()).abs().max().item()
     if "fa3jit" in outputs and "fa3jit_vt" in outputs:  # the same sums in the same order: identical
         row["max_abs_diff_fa3jit_vt_vs_fa3jit"] = (outputs["fa3jit_vt"].float() - outputs["fa3jit"].float()).abs().max().item()
     if "fa3jit" in outputs:
@@ -344,7 +349,14 @@ def column_label(backend, dtype_name):
     return f"{NAMES[backend]} {'bf16' if backend in ('cudnn', 'fa2') else 'fp8'}"
 
 
-def markdown_table(rows, backends):
+def alt_partner(dtype_name, alt):
+    """The backend fa3jit_alt is the A/B partner of: the table's kernel it lays --alt over."""
+    if dtype_name != "e4m3":
+        return "fa3jit"
+    return "fa3jit" if (alt or {}).get("v_layout") == "seq_major" else "fa3jit_vt"
+
+
+def markdown_table(rows, backends, alt=None):
     """One markdown table for rows of one dtype, with the ratio columns fa3jit / FA3 and fa3jit / cuDNN and
     their geometric means below."""
     dtype_name = rows[0]["dtype"]
@@ -352,7 +364,7 @@ def markdown_table(rows, backends):
     pairs = (("fa3jit", "fa3"), ("fa3jit", "cudnn"), ("fa3jit_vt", "fa3"), ("fa3jit_vt", "fa3jit"),
              ("fa3jit", "fa3jit_grid") if dtype_name != "e4m3" else ("fa3jit_vt", "fa3jit_grid"),
              ("fa3jit_persistent", "fa3jit_grid"), ("fa3jit_persistent", "fa3"), ("fa3jit_pb", "fa3"),
-             ("fa3jit_pb", "fa3jit_vt"), ("fa3jit_alt", "fa3jit" if dtype_name != "e4m3" else "fa3jit_vt"),
+             ("fa3jit_pb", "fa3jit_vt"), ("fa3jit_alt", alt_partner(dtype_name, alt)),
              ("fa3jit_alt", "fa3"))
     ratios = [(a, b) for a, b in pairs if a in shown and b in shown]
     header = (["dtype", "head_dim", "causal", "seqlen", "batch", "heads"] +
@@ -473,7 +485,7 @@ def main():
     summaries = {}
     for dtype_name in args.dtype:
         dtype_rows = [row for row in rows if row["dtype"] == dtype_name]
-        print(markdown_table(dtype_rows, args.backends) + "\n")
+        print(markdown_table(dtype_rows, args.backends, args.alt) + "\n")
         summaries[dtype_name] = [s for s in (geomean_summary(dtype_rows, "fa3jit", b) for b in ("fa3", "cudnn"))
                                  if s is not None]
     if env["fa3_unavailable"]:
