@@ -338,10 +338,6 @@ void validate(const Spec& spec) {
   if (spec.load_k_ahead && !load_k_ahead_fits(spec))
     invalid("spec field \"load_k_ahead\": true is not allowed with dtype \"e4m3\" and v_layout \"seq_major\": that "
             "producer transposes V one block behind its loads; expected false, or v_layout \"d_major\"");
-  if (spec.wait_v_after_qk && !spec.intra_wg_overlap)
-    invalid("spec field \"wait_v_after_qk\": true is not allowed with intra_wg_overlap false; it moves the V wait of the "
-            "intra_wg_overlap schedule (the sequential schedule waits for V after the softmax already), expected "
-            "intra_wg_overlap true");
   if (spec.cluster_m != 1 && spec.cluster_m != 2)
     invalid(fmt::format("spec field \"cluster_m\": {} is not allowed; expected 1 or 2", spec.cluster_m));
   // K/V multicast pairs two CTAs that walk the same KV blocks: only without a causal mask (FA3 likewise).
@@ -374,7 +370,7 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "wait_v_after_qk", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
@@ -424,7 +420,6 @@ Spec parse_spec(const json& doc) {
       read_knob(doc, "rescale_o_before_pv", defaults.rescale_o_before_pv && rescale_o_fits(spec));
   spec.load_k_ahead = read_knob(doc, "load_k_ahead", defaults.load_k_ahead && load_k_ahead_fits(spec));
   spec.mask_free_loop = read_knob(doc, "mask_free_loop", defaults.mask_free_loop);
-  spec.wait_v_after_qk = read_knob(doc, "wait_v_after_qk", defaults.wait_v_after_qk && spec.intra_wg_overlap);
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -466,7 +461,6 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.rescale_o_before_pv = d.rescale_o_before_pv && rescale_o_fits(spec);
   spec.load_k_ahead = d.load_k_ahead && load_k_ahead_fits(spec);
   spec.mask_free_loop = d.mask_free_loop;
-  spec.wait_v_after_qk = d.wait_v_after_qk && d.intra_wg_overlap;
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
@@ -511,7 +505,6 @@ json canonical_json(const Spec& spec) {
       {"rescale_o_before_pv", spec.rescale_o_before_pv},
       {"load_k_ahead", spec.load_k_ahead},
       {"mask_free_loop", spec.mask_free_loop},
-      {"wait_v_after_qk", spec.wait_v_after_qk},
       {"cluster_m", spec.cluster_m},
       {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
@@ -542,7 +535,6 @@ std::string spec_summary(const Spec& spec) {
   if (spec.rescale_o_before_pv) text += " rescale-early";
   if (spec.load_k_ahead) text += " k-ahead";
   if (spec.mask_free_loop) text += " mask-free-loop";
-  if (spec.wait_v_after_qk) text += " v-wait-late";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   if (spec.varlen_q) text += " varlen_q";

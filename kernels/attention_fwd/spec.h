@@ -45,10 +45,6 @@
 //                       runs every block, the first one included (peeled otherwise: it has no P.V), through the
 //                       masked copy, which checks per block whether to mask (one copy of the body: about half the
 //                       NVRTC time of two copies and a peeled first block); the outputs are the same bit for bit
-//   wait_v_after_qk     bool, default from the tile table; intra_wg_overlap only: a step waits for the V stage of
-//                       its P.V after issuing Q.K^T (FA3's consumer order) instead of before its GEMM turn, so a
-//                       Q.K^T whose K has landed is not held back by a V still in flight (load_k_ahead issues K
-//                       first); the outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -165,7 +161,6 @@ struct Spec {
   bool rescale_o_before_pv = false;
   bool load_k_ahead = false;
   bool mask_free_loop = false;
-  bool wait_v_after_qk = false;
   int cluster_m = 1;
   bool persistent = false;
   bool varlen_q = false;

@@ -20,7 +20,7 @@ using nlohmann::json;
 
 const std::vector<std::string>& choice_keys() {
   static const std::vector<std::string> keys = {"tile",  "consumer_warpgroups", "stages", "pingpong",
-                                                "intra_wg_overlap", "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "wait_v_after_qk",
+                                                "intra_wg_overlap", "rescale_o_before_pv", "load_k_ahead", "mask_free_loop",
                                                 "cluster_m",
                                                 "fp32_two_level_accum", "persistent"};
   return keys;
@@ -48,7 +48,6 @@ TileDefaults tile_of(const Spec& s) {
   t.rescale_o_before_pv = s.rescale_o_before_pv;
   t.load_k_ahead = s.load_k_ahead;
   t.mask_free_loop = s.mask_free_loop;
-  t.wait_v_after_qk = s.wait_v_after_qk;
   return t;
 }
 
@@ -102,12 +101,11 @@ Spec apply_choice(const Spec& base, const json& choice) {
   json_fields::require_object(choice, "choice");
   json_fields::reject_unknown_keys(choice, "choice", choice_keys());
   json doc = canonical_json(base);
-  // A record written before rescale_o_before_pv, load_k_ahead, mask_free_loop or wait_v_after_qk existed leaves them to the table
+  // A record written before rescale_o_before_pv, load_k_ahead or mask_free_loop existed leaves them to the table
   // (where the spec's schedule allows them).
   if (!choice.contains("rescale_o_before_pv")) doc.erase("rescale_o_before_pv");
   if (!choice.contains("load_k_ahead")) doc.erase("load_k_ahead");
   if (!choice.contains("mask_free_loop")) doc.erase("mask_free_loop");
-  if (!choice.contains("wait_v_after_qk")) doc.erase("wait_v_after_qk");
   for (const auto& [key, value] : choice.items()) doc[key] = value;
   const Spec spec = parse_spec(doc);
   if (spec.quant == Quant::kPerBlock && (spec.block_m != base.block_m || spec.block_n != base.block_n))

@@ -264,30 +264,6 @@ TEST_CASE("mask_free_loop gives the same out and lse bit for bit", "[gpu][forwar
       });
 }
 
-TEST_CASE("wait_v_after_qk gives the same out and lse bit for bit", "[gpu][forward][wait_v_after_qk]") {
-  if (!have_gpu()) return;
-  // Only the point where a step waits for its V stage moves (after the Q.K^T issue instead of before the turn), so
-  // the two kernels must agree to the bit; a hang or a difference is a P.V issued before its V landed. Pingpong with
-  // 2 and 3 warpgroups and without, k-ahead loads, the first block through the loop body and peeled, persistent
-  // grids, a one-block tile, two-level accumulation, rescale before P.V, e4m3 with V in either layout.
-  check_knob_bit_identical(
-      "wait_v_after_qk",
-      {
-          {R"({"dtype":"bf16","head_dim":128})", 4, 1023, 1111, 8, 2},
-          {R"({"dtype":"bf16","head_dim":128,"causal":true})", 4, 1023, 4224, 8, 8},
-          {R"({"dtype":"fp16","head_dim":256,"load_k_ahead":true})", 2, 799, 1023, 16, 4},
-          {R"({"dtype":"bf16","head_dim":256,"causal":true,"mask_free_loop":true})", 2, 1023, 1111, 8, 2},
-          {R"({"dtype":"bf16","head_dim":64,"causal":true})", 3, 2049, 2049, 8, 2},
-          {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true})", 2, 239, 799, 16, 16},
-          {R"({"dtype":"bf16","head_dim":128,"pingpong":false,"rescale_o_before_pv":true})", 2, 1023, 799, 8, 2},
-          {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},  // one key block
-          {R"({"dtype":"e4m3","head_dim":128,"causal":true})", 2, 1023, 1111, 16, 4},
-          {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128}})", 2, 799, 1023, 8, 2},
-          {R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major","quant":"per_block","causal":true})", 2, 1023, 1023,
-           8, 2},
-      });
-}
-
 TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit for bit", "[gpu][forward][persistent]") {
   if (!have_gpu()) return;
   // Each tile runs the same code in the same order on either grid, so the two must agree to the bit, and a causal

@@ -849,9 +849,7 @@ struct Mainloop {
     const bool first = kMaybeFirst && n_block == w.range.n_block_max - 1;
     float s[ScoreFrag::kRegs];
     mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
-    if constexpr (!Cfg::kWaitVAfterQk) {
-      if (!first) mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
-    }
+    if (!first) mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
     gemm_turn_begin(wg);
     wgmma_fence();
     issue_qk(s, q_rows, sm, pipe.stage);
@@ -869,8 +867,6 @@ struct Mainloop {
       wgmma_fence();
       wgmma_commit();
     } else {
-      // kWaitVAfterQk (FA3's order): Q.K^T is on the tensor cores before the V of this P.V is waited for.
-      if constexpr (Cfg::kWaitVAfterQk) mbarrier_wait(sm.v_full(v_pipe.stage), v_pipe.phase);
       wgmma_fence();
       if constexpr (Cfg::kTwoLevelAccum) {
         issue_pv<true>(acc, p, sm, v_pipe.stage);

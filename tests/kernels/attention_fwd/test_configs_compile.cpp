@@ -126,17 +126,18 @@ TEST_CASE("16-bit softcap kernels over gathered pages compile without spills (th
 
 TEST_CASE("the schedule knobs off the table's defaults compile without spills, every wgmma asynchronous",
           "[compile][knobs]") {
-  // A knob moves waits or loads between the GEMM issues (spec.h); ptxas serialises every wgmma of a kernel where it
-  // cannot prove a register or a wait safe between them (C7514), so each knob's kernels are compiled here, not only
-  // the table's.
+  // A knob moves waits, loads or multiplies between the GEMM issues (spec.h); ptxas serialises every wgmma of a
+  // kernel where it cannot prove a register or a wait safe between them (C7514), so kernels with the knobs off
+  // the table's values are compiled here, not only the table's.
   using namespace fa3jit::attention_fwd;
   const char* specs[] = {
-      R"({"dtype":"bf16","head_dim":128,"causal":true,"wait_v_after_qk":true})",
-      R"({"dtype":"bf16","head_dim":256,"wait_v_after_qk":true,"mask_free_loop":true})",
-      R"({"dtype":"fp16","head_dim":64,"wait_v_after_qk":true,"rescale_o_before_pv":true})",
-      R"({"dtype":"e4m3","head_dim":128,"causal":true,"wait_v_after_qk":true})",
-      R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major","wait_v_after_qk":true,"mask_free_loop":false})",
-      R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"wait_v_after_qk":true})",
+      R"({"dtype":"bf16","head_dim":128,"causal":true,"mask_free_loop":true,"rescale_o_before_pv":true})",
+      R"({"dtype":"bf16","head_dim":256,"load_k_ahead":false,"mask_free_loop":true})",
+      R"({"dtype":"fp16","head_dim":64,"load_k_ahead":true,"rescale_o_before_pv":true})",
+      R"({"dtype":"e4m3","head_dim":128,"causal":true,"mask_free_loop":false})",
+      R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major","mask_free_loop":false,"load_k_ahead":true})",
+      R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"mask_free_loop":false})",
+      R"({"dtype":"bf16","head_dim":128,"persistent":false,"cluster_m":2})",
   };
   for (const char* text : specs) {
     const Spec spec = parse_spec(std::string(text));
