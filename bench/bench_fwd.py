@@ -222,10 +222,10 @@ def make_calls(torch, fa3jit, fa3_op, q, k, v, causal, sdpa_layout, fp8, backend
                                                                     k_descale=kd, v_descale=vd, kernel=persistent_kernel)
         if "fa3jit_alt" in backends:
             # d_major unless --alt names v_layout "seq_major" (then the partner is fa3jit, V in the tensor's layout).
-            alt_fields = {"v_layout": "d_major", **(alt or {})}
+            seq_major = alt_partner("e4m3", alt) == "fa3jit"
             alt_kernel = fa3jit.Kernel({"dtype": "e4m3", "head_dim": q.shape[3], "head_dim_v": v.shape[3],
-                                        "causal": causal, **alt_fields})
-            alt_v = vt8 if alt_fields["v_layout"] == "d_major" else v8
+                                        "causal": causal, "v_layout": "d_major", **(alt or {})})
+            alt_v = v8 if seq_major else vt8
             calls["fa3jit_alt"] = lambda: fa3jit.flash_attn_func(q8, k8, alt_v, causal=causal, q_descale=qd,
                                                                  k_descale=kd, v_descale=vd, kernel=alt_kernel)
         if "fa3jit_pb" in backends:  # per-block descales from the pre-pass (no rotation), V written d_major

@@ -20,10 +20,10 @@ __device__ __forceinline__ void cluster_sync() {
 }
 
 /// One arrival on the mbarrier at shared address `bar` (this CTA's offset) in CTA `rank` of the cluster, with the
-/// instruction's default semantics (.release at .cta scope), as CUTLASS's ClusterBarrier::arrive. It releases a
-/// stage the caller's wgmma has finished reading (wgmma.wait_group returned), so nothing of the caller's needs to be
-/// made visible to the peer: a .cluster scope compiles to MEMBAR.ALL.GPU before the arrival (SASS, sm_90a), which
-/// cost the 2-CTA cluster kernel about a third of its speed (bench/NOTES.md, 2026-12-05).
+/// instruction's default semantics (.release at .cta scope; CUTLASS's ClusterBarrier::arrive is the same). For
+/// arrivals that publish nothing to the peer, such as releasing a buffer whose reads have completed (a stage after
+/// wgmma.wait_group): where the caller's own writes must become visible to the peer, use a .release.cluster arrive
+/// or a fence instead (on sm_90a a .cluster-scope release compiles to MEMBAR.ALL.GPU; bench/NOTES.md, 2026-12-05).
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n"

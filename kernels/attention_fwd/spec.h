@@ -40,11 +40,12 @@
 //                       before V of block j (FA3's load order under intra-warpgroup overlap) instead of K and V of
 //                       block j together, so the K a Q.K^T waits for is not queued behind a V stage the consumers
 //                       free only after their P.V; the outputs are the same bit for bit
-//   mask_free_loop      bool, default from the tile table (16-bit false, e4m3 true): true runs the key blocks that need no mask (FA3's
-//                       steady state) through a second copy of the key-block loop that holds no mask code; false
-//                       runs every block, the first one included (peeled otherwise: it has no P.V), through the
-//                       masked copy, which checks per block whether to mask (one copy of the body: about half the
-//                       NVRTC time of two copies and a peeled first block); the outputs are the same bit for bit
+//   mask_free_loop      bool, default from the tile table (tile_table.cpp: mask_free_loop_row): true runs the key
+//                       blocks that need no mask (FA3's steady state) through a second copy of the key-block loop
+//                       that holds no mask code; false runs every block through the masked copy, which checks per
+//                       block whether to mask, and in the intra_wg_overlap schedule the first block too (peeled
+//                       otherwise: it has no P.V yet); one copy of the body takes about half the NVRTC time of two
+//                       copies and a peeled first block; the outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)

@@ -154,10 +154,11 @@ bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
 }
 
 // Whether the tile runs the mask-free key blocks through their own copy of the loop body (spec.h: mask_free_loop).
-// Measured on the H200 and an H100, one copy (first block folded in) against two in one process (bench_fwd.py
-// fa3jit_alt; bench/NOTES.md, 2026-12-05): 16-bit d64/128/256, both masks, 1k-16k, 0.96-1.04 either way (geomean
-// about 1.0), so 16-bit takes one copy for its compile time (0.81x NVRTC); e4m3 one copy 0.85-1.01 of two (geomean
-// 0.96, d256 8k-16k 0.85-0.88), so e4m3 keeps two.
+// Measured on an H200 and an H100, one copy (first block folded in) against two (and a peeled first block) in one
+// process (bench_fwd.py fa3jit_alt; bench/NOTES.md, 2026-12-05): 16-bit d64/128/256, both masks, 1k-16k, 0.95-1.04
+// either way (geomean about 1.0), so 16-bit takes one copy for its compile time (about half the NVRTC time: the
+// default kernel 1554 -> 772 ms); e4m3 one copy 0.85-1.01 of two (geomean 0.96; d256 with V d_major 0.85-0.88 at
+// 8k-16k), so e4m3 keeps two.
 bool mask_free_loop_row(DType dtype) { return dtype == DType::kE4m3; }
 
 }  // namespace

@@ -29,7 +29,7 @@ struct TileDefaults {
                                       // spec allows it (spec.h: persistent_conflict)
   bool rescale_o_before_pv = false;   // where intra_wg_overlap runs without fp32_two_level_accum
   bool load_k_ahead = false;          // where the producer is not e4m3's V-transposing one (spec.h: load_k_ahead_fits)
-  bool mask_free_loop = false;        // 16-bit: one copy of the key-block body; e4m3 two (tile_table.cpp)
+  bool mask_free_loop = false;        // tile_table.cpp: mask_free_loop_row
 };
 
 /// Default tile for (dtype, head_dim, head_dim_v, causal), each dim of the dtype's rule (spec.h: HeadDimRule). The

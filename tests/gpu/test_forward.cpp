@@ -140,8 +140,6 @@ ProblemShape shape_of(const Spec& spec, const PairCase& c) {
 
 }  // namespace
 
-// Runs every case's spec with the boolean `knob` false and true on the same inputs: the outputs must pass the
-// reference check and agree to the bit (the knob moves instructions or loads, never the arithmetic).
 // Runs two specs of one problem on the same inputs: the second's outputs must pass the reference check and agree
 // with the first's to the bit.
 static void check_pair_bit_identical(const Spec& off, const Spec& on, const PairCase& c) {
@@ -158,6 +156,8 @@ static void check_pair_bit_identical(const Spec& off, const Spec& on, const Pair
   CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0);
 }
 
+// Runs every case's spec with the boolean `knob` false and true on the same inputs: the outputs must pass the
+// reference check and agree to the bit (the knob moves instructions or loads, never the arithmetic).
 static void check_knob_bit_identical(const char* knob, const std::vector<PairCase>& cases) {
   for (const PairCase& c : cases) {
     nlohmann::json doc = nlohmann::json::parse(c.spec);

@@ -64,9 +64,13 @@ struct Mainloop {
   static constexpr int kPvChunks = Cfg::kHeadDimV / Cfg::kPvChunkN;     // P.V passes (two-level accumulation)
   // The fresh accumulator of two-level accumulation (one register when unused: arrays have no size 0).
   static constexpr int kAccRegs = Cfg::kTwoLevelAccum ? Cfg::kPvChunkN / 2 : 1;
-  // A stage is free once lane 0 of every consumer warp of every CTA that reads it has released it: with
-  // cluster_m = 2 the peer CTA's consumers release it too (its producer multicasts into our stage).
+  // A stage is free once every consumer warp of every CTA that reads it has released it (one arrival per warp and
+  // CTA, release()): with cluster_m = 2 the peer CTA's consumers release it too (its producer multicasts into our
+  // stage).
   static constexpr uint32_t kEmptyArrivals = 4 * Cfg::kConsumerWarpgroups * Cfg::kClusterM;
+  // q_empty and o_empty count this CTA's consumers only (release_q, epilogue.cuh): a persistent grid has no cluster
+  // (spec.h: persistent_conflict), whose peer would load the next tile's V over this CTA's O staging area.
+  static_assert(!Cfg::kPersistent || Cfg::kClusterM == 1, "a persistent grid runs without clusters");
 
   /// Initialises the barriers (one thread); the caller fences and synchronises the CTA afterwards.
   static __device__ __forceinline__ void init_barriers(const Smem& sm) {
@@ -87,7 +91,7 @@ struct Mainloop {
       }
     }
     if constexpr (Cfg::kPersistent) {
-      mbarrier_init(sm.q_empty(), kEmptyArrivals);           // lane 0 of every consumer warp (release_q)
+      mbarrier_init(sm.q_empty(), 4 * Cfg::kConsumerWarpgroups);  // lane 0 of every consumer warp (release_q)
       mbarrier_init(sm.o_empty(), Cfg::kConsumerWarpgroups);  // thread 0 of every consumer warpgroup (epilogue.cuh)
       for (int slot = 0; slot < 2; ++slot) {
         mbarrier_init(sm.tile_full(slot), 1);                                 // the producer's lane 0
@@ -183,8 +187,9 @@ struct Mainloop {
     }
   }
 
-  /// Releases a K or V stage: this warp's arrival on the empty barrier of every CTA that loads into it. Called by
-  /// every lane of the warp (lane r arrives on CTA r's barrier, the cluster's arrivals side by side).
+  /// Releases a K or V stage: this warp's arrival on the empty barrier of every CTA that loads into it. Called by the
+  /// whole warp, converged, once its wgmma reads of the stage have completed: lane r arrives on CTA r's barrier (the
+  /// cluster's arrivals side by side); called under `if (lane == 0)` a peer CTA would never get its arrival.
   static __device__ __forceinline__ void release(uint32_t empty_bar) {
     const uint32_t lane = threadIdx.x % 32;
     if constexpr (Cfg::kClusterM == 1) {

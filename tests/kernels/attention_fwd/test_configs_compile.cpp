@@ -126,9 +126,9 @@ TEST_CASE("16-bit softcap kernels over gathered pages compile without spills (th
 
 TEST_CASE("the schedule knobs off the table's defaults compile without spills, every wgmma asynchronous",
           "[compile][knobs]") {
-  // A knob moves waits, loads or multiplies between the GEMM issues (spec.h); ptxas serialises every wgmma of a
-  // kernel where it cannot prove a register or a wait safe between them (C7514), so kernels with the knobs off
-  // the table's values are compiled here, not only the table's.
+  // A knob moves loads, multiplies or branches around the GEMM issues (spec.h); ptxas serialises every wgmma of a
+  // kernel where it cannot prove a register safe between them (C7514) or injects fences (C7519), so kernels with
+  // the knobs off the table's values are compiled here, not only the table's.
   using namespace fa3jit::attention_fwd;
   const char* specs[] = {
       R"({"dtype":"bf16","head_dim":128,"causal":true,"mask_free_loop":true,"rescale_o_before_pv":true})",
