@@ -57,6 +57,9 @@ for stage in "${stages[@]}"; do
       rcs=(); for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
       for i in "${!shards[@]}"; do
         echo "gpu tests ${shards[$i]} rc=${rcs[$i]}: $(grep -E '^(e4m3 )?forward matrix|head dims matrix|batches passed|bit for bit' "$out/gpu_tests_$i.log" | tr '\n' ' ' | cut -c1-400) | $(tail -2 "$out/gpu_tests_$i.log" | tr '\n' ' ')"
+        # A failing shard's failures in the summary itself (Catch's FAILED blocks: test case, expression, expansion,
+        # INFO messages), so they survive where the logs do not come back.
+        if (( rcs[i] != 0 )); then grep -B 6 -A 14 "FAILED:" "$out/gpu_tests_$i.log" | head -80; fi
       done
       j=${#shards[@]}
       for tool in memcheck racecheck synccheck; do
