@@ -67,7 +67,8 @@ struct Mainloop {
   // A stage is free once every consumer warp of every CTA that reads it has released it (one arrival per warp and
   // CTA, release()): with cluster_m = 2 the peer CTA's consumers release it too (its producer multicasts into our
   // stage).
-  static constexpr uint32_t kEmptyArrivals = 4 * Cfg::kConsumerWarpgroups * Cfg::kClusterM;
+  static constexpr uint32_t kConsumerWarps = 4 * Cfg::kConsumerWarpgroups;
+  static constexpr uint32_t kEmptyArrivals = kConsumerWarps * Cfg::kClusterM;
   // q_empty and o_empty count this CTA's consumers only (release_q, epilogue.cuh): a persistent grid has no cluster
   // (spec.h: persistent_conflict), whose peer would load the next tile's V over this CTA's O staging area.
   static_assert(!Cfg::kPersistent || Cfg::kClusterM == 1, "a persistent grid runs without clusters");
@@ -91,7 +92,7 @@ struct Mainloop {
       }
     }
     if constexpr (Cfg::kPersistent) {
-      mbarrier_init(sm.q_empty(), 4 * Cfg::kConsumerWarpgroups);  // lane 0 of every consumer warp (release_q)
+      mbarrier_init(sm.q_empty(), kConsumerWarps);            // lane 0 of every consumer warp (release_q)
       mbarrier_init(sm.o_empty(), Cfg::kConsumerWarpgroups);  // thread 0 of every consumer warpgroup (epilogue.cuh)
       for (int slot = 0; slot < 2; ++slot) {
         mbarrier_init(sm.tile_full(slot), 1);                                 // the producer's lane 0
