@@ -35,4 +35,19 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t r
       : "memory");
 }
 
+/// `value` into the float at shared address `slot` (this CTA's offset) in CTA `rank` of the cluster, completing 4
+/// bytes of the transaction count of the mbarrier at `bar` (this CTA's offset) in that CTA (PTX ISA §9.7.9.12,
+/// st.async): the receiver waits on its barrier, no cluster-wide barrier and no release fence are needed.
+__device__ __forceinline__ void st_async_cluster_f32(uint32_t slot, uint32_t bar, uint32_t rank, float value) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 rslot, rbar;\n"
+      "mapa.shared::cluster.u32 rslot, %0, %2;\n"
+      "mapa.shared::cluster.u32 rbar, %1, %2;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [rslot], %3, [rbar];\n"
+      "}\n" ::"r"(slot),
+      "r"(bar), "r"(rank), "f"(value)
+      : "memory");
+}
+
 }  // namespace fa3jit

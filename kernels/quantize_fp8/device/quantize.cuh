@@ -7,8 +7,8 @@
 //      signs (one ballot per 32 elements) and, with clusters, announces that it runs (barrier.cluster.arrive);
 //   2. RoPE (device/rope.cuh), then H.D (device/hadamard.cuh), all in registers;
 //   3. warp amax by shuffles; each warp's amax goes to the slot of its cluster warp index in the shared memory
-//      of every CTA of the cluster (st.shared::cluster after barrier.cluster.wait), one more cluster barrier
-//      (release/acquire), then each warp reduces its block's slots: the block amax, without a second read;
+//      of every CTA of the cluster (st.async after barrier.cluster.wait, completing the bytes of the receiver's
+//      mbarrier, which it waits on), then each warp reduces its block's slots: the block amax, without a second read;
 //   4. descale = descale_from_amax(amax / sqrt(head_dim)), written by the block's first lane; values scaled
 //      by 1/(sqrt(head_dim) descale), converted (cvt.rn.satfinite.e4m3x2), exchanged with the neighbouring
 //      lane (shfl.xor 1) and stored 16 bytes at a time.
@@ -28,6 +28,7 @@
 
 #include "hopper/cluster.cuh"
 #include "hopper/grid_dependency.cuh"
+#include "hopper/mbarrier.cuh"
 #include "hopper/types.cuh"
 #include "kernels/quantize_fp8/device/convert.cuh"
 #include "kernels/quantize_fp8/device/hadamard.cuh"
@@ -47,16 +48,6 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 /// Second half: every CTA of the cluster runs, so its shared memory may be written (CUDA programming guide,
 /// "Distributed shared memory").
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
-
-/// `value` into the float at the same shared-memory offset as `local` in CTA `rank` of the cluster.
-__device__ __forceinline__ void store_shared_cluster(const float* local, uint32_t rank, float value) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "st.shared::cluster.f32 [remote], %2;\n}" ::"r"(smem_u32(local)),
-      "r"(rank), "f"(value)
-      : "memory");
-}
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -97,7 +88,7 @@ __device__ __forceinline__ constexpr float hadamard_norm() {
 /// of that tensor. Called by every thread of every CTA of the cluster (the barriers are cluster-wide).
 template <class Cfg, class Blk>
 __device__ __forceinline__ void quantize_qk_blocks(const Params& p, const QkTensor& t, int cluster_index,
-                                                   float* s_amax, uint32_t* s_signs) {
+                                                   float* s_amax, uint32_t* s_signs, uint32_t amax_bar) {
   constexpr int kLanes = row_lanes(Cfg::kHeadDim);
   constexpr int kRowsPerWarp = 32 / kLanes;
   constexpr int kW = Blk::kWarpsPerBlock;
@@ -123,7 +114,17 @@ __device__ __forceinline__ void quantize_qk_blocks(const Params& p, const QkTens
   }
   const bool row_ok = active && row < t.seqlen;
 
-  // ---- 1. loads in flight, Hadamard signs, cluster start-up.
+  // ---- 1. barrier of the block amax exchange, loads in flight, Hadamard signs, cluster start-up.
+  // With clusters every warp of the cluster sends its amax to every CTA by st.async (step 3), completing the
+  // transaction bytes of this CTA's amax_bar: initialised before the loads, published by the fence and the
+  // cluster start-up barrier below, so no peer writes to it before it exists.
+  constexpr uint32_t kAmaxBytes = 4u * kC * Cfg::kWarps;
+  if constexpr (kC > 1) {
+    if (threadIdx.x == 0) {
+      mbarrier_init(amax_bar, 1);
+      mbarrier_fence_init();
+    }
+  }
   uint32_t raw[kRowChunks][4];
   const char* src = t.in + 2 * (b * t.in_batch + static_cast<long long>(row) * t.in_seq + h * t.in_head);
 #pragma unroll
@@ -138,6 +139,11 @@ __device__ __forceinline__ void quantize_qk_blocks(const Params& p, const QkTens
   if constexpr (Cfg::kHadamard) compute_sign_words<Cfg::kHeadDim, Cfg::kNumThreads>(p.seed, s_signs);
   if constexpr (kC > 1) cluster_arrive_relaxed();
   __syncthreads();  // s_signs
+  // Armed after the CTA barrier, not beside the init: the same thread, but compute-sanitizer racecheck reported the
+  // init and the arrive as a hazard (warnings, 128 per kernel) with nothing between them.
+  if constexpr (kC > 1) {
+    if (threadIdx.x == 0) mbarrier_arrive_expect_tx(amax_bar, kAmaxBytes);
+  }
 
   // ---- 2. RoPE and H.D in registers.
   float x[kRowChunks][kChunkElems];
@@ -162,9 +168,9 @@ __device__ __forceinline__ void quantize_qk_blocks(const Params& p, const QkTens
     if (lane == 0) s_amax[cluster_warp] = amax;
     __syncthreads();
   } else {
-    cluster_wait();
-    if (lane < kC) store_shared_cluster(s_amax + cluster_warp, static_cast<uint32_t>(lane), amax);
-    cluster_sync();  // arrive.release + wait.acquire: every slot of every CTA written
+    cluster_wait();  // every CTA of the cluster runs and its amax_bar is initialised
+    if (lane < kC) st_async_cluster_f32(smem_u32(s_amax + cluster_warp), amax_bar, static_cast<uint32_t>(lane), amax);
+    mbarrier_wait(amax_bar, 0);  // every slot of this CTA written; the CTA leaves no sooner (its peers' writes land)
   }
   if (!active) return;  // no barrier below
   float block_amax = 0.0f;
@@ -359,6 +365,7 @@ __device__ __forceinline__ void quantize_fp8_pass(const Params& p) {
   static_assert(Cfg::kHeadDim % 64 == 0 && Cfg::kHeadDimV % 64 == 0, "head dims 64, 128, 256");
   __shared__ float s_amax[Cfg::kClusterSize * Cfg::kWarps];
   __shared__ uint32_t s_signs[8];
+  __shared__ __align__(8) unsigned long long s_amax_bar;  // kPassQk with clusters: the amax exchange's mbarrier
   // The V passes share one buffer (geometry.cpp: smem_bytes): kPassVAmax's channel table, kPassVQuant's d_major chunk.
   constexpr int kVTableBytes = 4 * Cfg::kWarps * Cfg::kHeadDimV;
   constexpr int kVChunkBytes = Cfg::kVDMajor ? Cfg::kVRowsPerCta * Cfg::kHeadDimV : 0;
@@ -375,9 +382,10 @@ __device__ __forceinline__ void quantize_fp8_pass(const Params& p) {
       p.v_descale[i] = 0.0f;
     const int cluster = static_cast<int>(blockIdx.x / Cfg::kClusterSize);
     if (cluster < p.q_clusters) {
-      quantize_qk_blocks<Cfg, typename Cfg::QBlocks>(p, q_tensor(p), cluster, s_amax, s_signs);
+      quantize_qk_blocks<Cfg, typename Cfg::QBlocks>(p, q_tensor(p), cluster, s_amax, s_signs, smem_u32(&s_amax_bar));
     } else {
-      quantize_qk_blocks<Cfg, typename Cfg::KBlocks>(p, k_tensor(p), cluster - p.q_clusters, s_amax, s_signs);
+      quantize_qk_blocks<Cfg, typename Cfg::KBlocks>(p, k_tensor(p), cluster - p.q_clusters, s_amax, s_signs,
+                                                      smem_u32(&s_amax_bar));
     }
   } else if (p.pass == kPassVAmax) {
     v_channel_amax<Cfg>(p, s_vmax);
