@@ -24,16 +24,19 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
-/// Blocks until the phase with parity `parity` has completed.
+/// Blocks until the phase with parity `parity` has completed. Each try_wait may suspend the thread until the phase
+/// completes or the suspend-time hint (ns) runs out (PTX ISA, mbarrier.try_wait): 10 ms, as CUTLASS's
+/// ClusterBarrier::wait, so a waiting warp re-issues the instruction rarely instead of after the default limit
+/// (the producer warp executed 1.2 M try_waits for 47 k loads under ncu, FA3's about 49 k; bench/NOTES.md).
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n"
       ".reg .pred done;\n"
       "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
       "@!done bra wait_%=;\n"
       "}\n" ::"r"(bar),
-      "r"(parity)
+      "r"(parity), "r"(10000000u)
       : "memory");
 }
 
