@@ -599,9 +599,12 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
 
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
   // A persistent kernel runs one CTA per SM (its __launch_bounds__(threads, 1) registers and shared memory fit one),
-  // each striding over the tiles (device/scheduler.cuh: persistent_tile); fewer tiles than SMs, one CTA each.
-  plan.grid = static_cast<unsigned>(
-      spec.persistent ? std::min<int64_t>(sched.num_tiles, multiprocessor_count(device.ordinal)) : sched.num_tiles);
+  // each striding over the tiles (device/scheduler.cuh: persistent_tile); fewer tiles than SMs, one CTA each. With a
+  // cluster, whole clusters (the tile count is a multiple of cluster_m: scheduler.cpp), whose CTAs take adjacent
+  // tiles of each round (device/kernel.cuh).
+  const int64_t persistent_ctas = multiprocessor_count(device.ordinal) / spec.cluster_m * spec.cluster_m;
+  plan.grid = static_cast<unsigned>(spec.persistent ? std::min<int64_t>(sched.num_tiles, persistent_ctas)
+                                                    : sched.num_tiles);
   // A persistent CTA's next index is a count plus the grid (device/kernel.cuh: PersistentTiles): below 2^31 too.
   if (spec.persistent && sched.num_tiles > 0x7fffffff - static_cast<int64_t>(plan.grid))
     bad_argument(fmt::format("arguments batch {} x num_heads {} x seqlen_q {} make {} tiles; a persistent grid of {} "

@@ -117,7 +117,6 @@ void check_layout(const Spec& spec) {
 
 // The reason behind each conflict, for validate()'s message.
 const char* persistent_reason(const std::string& field) {
-  if (field == "cluster_m") return "the CTAs of a cluster would have to stride over tiles in lock step";
   if (field == "v_layout")
     return "the producer warpgroup's V transpose stages V in shared memory the persistent O staging would share";
   return "its tiles' sequences and key ranges are known only on the device, where a static order cannot balance them";
@@ -299,7 +298,6 @@ std::string persistent_conflict(const Spec& spec) {
   if (spec.paged_kv) return "paged_kv";
   if (spec.pack_gqa) return "pack_gqa";
   if (spec.split_kv) return "split_kv";
-  if (spec.cluster_m != 1) return "cluster_m";
   if (spec.dtype == DType::kE4m3 && spec.v_layout != VLayout::kDMajor) return "v_layout";
   return {};
 }

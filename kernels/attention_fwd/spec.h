@@ -52,7 +52,9 @@
 //   persistent          bool, default from the tile table: one CTA per SM strides over the tiles (FA3's
 //                       persistent scheduler; device/scheduler.cuh) instead of one CTA per tile, so the next tile's
 //                       Q and first K block load while the current one finishes and its O is stored; dense
-//                       layouts with cluster_m 1 and, for e4m3, v_layout "d_major" (persistent_conflict says why not)
+//                       layouts and, for e4m3, v_layout "d_major" (persistent_conflict says why not); with
+//                       cluster_m 2 the two CTAs of a cluster take adjacent tiles in step (FA3's clusters on its
+//                       persistent grid)
 // Serving layouts (launch.h: ForwardArgs; FA3's flash_attn_varlen_func / flash_attn_with_kvcache), all bool,
 // default false, each a compile-time switch of the kernel:
 //   varlen_q            q and out packed (total_q, num_heads, d), sequences delimited by cu_seqlens_q
@@ -196,7 +198,7 @@ struct Layout {
   bool descale_rows_from_kernel = false;
 };
 
-/// Why `spec` cannot run on a persistent grid: the first spec field in the way ("varlen_q", "cluster_m", ...), or
+/// Why `spec` cannot run on a persistent grid: the first spec field in the way ("varlen_q", "v_layout", ...), or
 /// empty when it can. The one statement of the rule: validate() refuses a persistent spec with a conflict, and the
 /// tile table's persistent default applies only where there is none.
 std::string persistent_conflict(const Spec& spec);

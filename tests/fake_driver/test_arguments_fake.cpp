@@ -407,6 +407,13 @@ TEST_CASE("cluster_m 2 launches 2-CTA clusters over an even number of row blocks
   // Each CTA of the pair loads half of every K/V block and multicasts it.
   CHECK(r.tensor_map_box[1][1] == static_cast<uint32_t>(spec.block_n / 2));
   CHECK(r.tensor_map_box[2][1] == static_cast<uint32_t>(spec.block_n / 2));
+  // The table's grid for it is persistent: more tiles than SMs give whole clusters on every SM (132, even).
+  REQUIRE(spec.persistent);
+  ForwardArgs many = problem(2, 33 * spec.block_m - 5, 400, 4, 4, 128);  // 33 row blocks, 34 per head
+  forward(*load_kernel(runtime(), spec), many, nullptr);
+  CHECK(last_launch().grid[0] == 132);
+  CHECK(last_launch().cluster_x == 2);
+  CHECK(params_of(last_launch()).num_tiles == 34 * 4 * 2);
 }
 
 TEST_CASE("the parameter struct reaches the kernel as its one argument, as prepare_launch built it",

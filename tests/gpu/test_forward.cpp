@@ -182,14 +182,20 @@ TEST_CASE("a 2-CTA cluster gives the one-CTA grid's out and lse bit for bit", "[
       {R"({"dtype":"fp16","head_dim":64,"pingpong":false})", 2, 1023, 1111, 8, 2},
       {R"({"dtype":"bf16","head_dim":128,"intra_wg_overlap":false,"pingpong":false})", 2, 1023, 799, 8, 2},
       {R"({"dtype":"bf16","head_dim":128})", 1, 113, 1, 4, 1},  // one key block, one row block
+      {R"({"dtype":"bf16","head_dim":128})", 4, 4224, 1023, 16, 4},  // 34 x 64 tiles: 17 rounds per CTA pair
   };
   for (const PairCase& c : cases) {
     nlohmann::json doc = nlohmann::json::parse(c.spec);
     doc["persistent"] = false;
     doc["cluster_m"] = 1;
     const Spec grid = parse_spec(doc);
-    doc["cluster_m"] = 2;
-    check_pair_bit_identical(grid, parse_spec(doc), c);
+    for (bool persistent : {false, true}) {
+      // On the persistent grid the two CTAs of a cluster take adjacent tiles of each round: several rounds per CTA
+      // (the multicast of the next tile's V waits for both CTAs' O stores), the padded last pair.
+      doc["cluster_m"] = 2;
+      doc["persistent"] = persistent;
+      check_pair_bit_identical(grid, parse_spec(doc), c);
+    }
   }
 }
 

@@ -123,8 +123,16 @@ __device__ __forceinline__ void store_output(const SmemLayout<Cfg>& sm, int wg, 
     }
     tma_store_commit();
     tma_store_wait_read();
-    // Persistent grid: this warpgroup's rows of the staging area are read; the producer may load V over them.
-    if constexpr (Cfg::kPersistent) mbarrier_arrive(sm.o_empty());
+    // Persistent grid: this warpgroup's rows of the staging area are read; the producer may load V over them, and
+    // with a cluster the peer's producer too (it multicasts V into both CTAs): an arrival on every CTA's o_empty.
+    if constexpr (Cfg::kPersistent) {
+      if constexpr (Cfg::kClusterM == 1) {
+        mbarrier_arrive(sm.o_empty());
+      } else {
+#pragma unroll
+        for (uint32_t rank = 0; rank < Cfg::kClusterM; ++rank) mbarrier_arrive_cluster(sm.o_empty(), rank);
+      }
+    }
   }
 
   if (params.lse != nullptr && lane % 4 == 0) {

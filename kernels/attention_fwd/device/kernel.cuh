@@ -174,7 +174,9 @@ struct PersistentTiles {
 /// V stages: the next V may load). So the next tile's first K block and its Q load while the current tile's last P.V
 /// and O store run. A tile with no key block (a causal or windowed row block that sees no key) loads nothing, touches
 /// no per-tile barrier and stores its zeros and -inf from registers (epilogue.cuh: store_empty_output), so every
-/// barrier phase is waited on in order by both sides.
+/// barrier phase is waited on in order by both sides. With cluster_m 2 (non-causal, the static order) CTAs 2c and
+/// 2c + 1 are one cluster and take tiles 2k and 2k + 1 of each round, adjacent row blocks of one head (num_m_blocks
+/// is even: scheduler.cpp), so both walk the same key blocks in step, as the K/V multicast needs.
 template <class Cfg>
 __device__ __forceinline__ void attention_forward_persistent(const Params& params, const SmemLayout<Cfg>& sm) {
   const int wg = warpgroup_index();
@@ -184,19 +186,20 @@ __device__ __forceinline__ void attention_forward_persistent(const Params& param
   int loaded = 0;  // tiles with key blocks done so far: the phase of q_full, q_empty and o_empty
   if (wg == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
-    if (threadIdx.x >= 32) return;
-    int linear = persistent_tile<Cfg>(0, tiles.cta(), tiles.grid());
-    for (int t = 0;; ++t) {
-      if (tiles.dynamic) tiles.publish(t, linear);
-      if (linear >= params.num_tiles) break;
-      const TileWork w = make_tile_work<Cfg>(params, tile_for<Cfg>(linear, params));
-      if (!w.range.empty()) {
-        Mainloop<Cfg>::produce(sm, params, w, pipe, loaded);
-        ++loaded;
+    if (threadIdx.x < 32) {
+      int linear = persistent_tile<Cfg>(0, tiles.cta(), tiles.grid());
+      for (int t = 0;; ++t) {
+        if (tiles.dynamic) tiles.publish(t, linear);
+        if (linear >= params.num_tiles) break;
+        const TileWork w = make_tile_work<Cfg>(params, tile_for<Cfg>(linear, params));
+        if (!w.range.empty()) {
+          Mainloop<Cfg>::produce(sm, params, w, pipe, loaded);
+          ++loaded;
+        }
+        // Taken once this tile's loads are issued: its consumers are still at work on it (and the next Q waits for
+        // their q_empty), so the atomic's latency is off their path.
+        linear = tiles.take_next(t);
       }
-      // Taken once this tile's loads are issued: its consumers are still at work on it (and the next Q waits for
-      // their q_empty), so the atomic's latency is off their path.
-      linear = tiles.take_next(t);
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
@@ -211,6 +214,12 @@ __device__ __forceinline__ void attention_forward_persistent(const Params& param
       consume_tile<Cfg>(sm, wg - 1, w, params, pipe, loaded);
       ++loaded;
     }
+  }
+  // With a cluster the peer's consumers may still arrive on this CTA's empty and o_empty barriers: keep its shared
+  // memory alive until both CTAs are done. (Without one, every thread may leave as soon as it is done.)
+  if constexpr (Cfg::kClusterM > 1) {
+    __syncwarp();
+    cluster_sync();
   }
 }
 

@@ -69,9 +69,10 @@ struct Mainloop {
   // stage).
   static constexpr uint32_t kConsumerWarps = 4 * Cfg::kConsumerWarpgroups;
   static constexpr uint32_t kEmptyArrivals = kConsumerWarps * Cfg::kClusterM;
-  // q_empty and o_empty count this CTA's consumers only (release_q, epilogue.cuh): a persistent grid has no cluster
-  // (spec.h: persistent_conflict), whose peer would load the next tile's V over this CTA's O staging area.
-  static_assert(!Cfg::kPersistent || Cfg::kClusterM == 1, "a persistent grid runs without clusters");
+  // Persistent grid: q_empty counts this CTA's consumer warps (release_q; Q is never multicast), o_empty the consumer
+  // warpgroups of every CTA of the cluster (epilogue.cuh): the peer's producer multicasts the next tile's V into this
+  // CTA's V stages, over which O is staged.
+  static constexpr uint32_t kOEmptyArrivals = Cfg::kConsumerWarpgroups * Cfg::kClusterM;
 
   /// Initialises the barriers (one thread); the caller fences and synchronises the CTA afterwards.
   static __device__ __forceinline__ void init_barriers(const Smem& sm) {
@@ -92,8 +93,8 @@ struct Mainloop {
       }
     }
     if constexpr (Cfg::kPersistent) {
-      mbarrier_init(sm.q_empty(), kConsumerWarps);            // lane 0 of every consumer warp (release_q)
-      mbarrier_init(sm.o_empty(), Cfg::kConsumerWarpgroups);  // thread 0 of every consumer warpgroup (epilogue.cuh)
+      mbarrier_init(sm.q_empty(), kConsumerWarps);   // lane 0 of every consumer warp (release_q)
+      mbarrier_init(sm.o_empty(), kOEmptyArrivals);  // thread 0 of every consumer warpgroup (epilogue.cuh)
       for (int slot = 0; slot < 2; ++slot) {
         mbarrier_init(sm.tile_full(slot), 1);                                 // the producer's lane 0
         mbarrier_init(sm.tile_empty(slot), 128 * Cfg::kConsumerWarpgroups);  // every consumer thread

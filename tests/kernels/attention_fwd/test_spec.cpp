@@ -851,7 +851,7 @@ TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the de
   CHECK(af::canonical_string(plain) == af::canonical_string(one));
   CHECK(af::canonical_string(two) != af::canonical_string(plain));
   CHECK(af::canonical_json(two).at("cluster_m") == 2);
-  CHECK(af::spec_summary(two) == "bf16 d128 128x176 wg2 st2 pingpong overlap cluster2");
+  CHECK(af::spec_summary(two) == "bf16 d128 128x176 wg2 st2 pingpong overlap cluster2 persistent");
   // The multicast producer gets 40 registers, the consumers 232: the same pool of 3 x 168.
   const auto cfg = af::make_kernel_config(two);
   CHECK(cfg.producer_registers == 40);
@@ -980,8 +980,9 @@ TEST_CASE("persistent: its own kernel, its O staging over V, and the layouts it 
                     Contains("with split_kv true"));
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true, "pack_gqa": true})"),
                     Contains("with pack_gqa true"));
-  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true, "cluster_m": 2})"),
-                    Contains("with cluster_m 2: the CTAs of a cluster"));
+  // 2-CTA clusters run on the persistent grid too (non-causal, as clusters are).
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": true, "cluster_m": 2})").persistent);
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 128, "cluster_m": 2})").persistent);  // the table's grid
   CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "persistent": true})"),
                     Contains("with v_layout \"seq_major\": the producer warpgroup's V transpose"));
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "persistent": 1})"), Contains("persistent"));
