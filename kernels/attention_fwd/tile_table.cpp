@@ -158,7 +158,8 @@ bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
 // process (bench_fwd.py fa3jit_alt; bench/NOTES.md, 2026-12-05): 16-bit d64/128/256, both masks, 1k-16k, 0.95-1.04
 // either way (geomean about 1.0), so 16-bit takes one copy for its compile time (about half the NVRTC time: the
 // default kernel 1554 -> 772 ms); e4m3 one copy 0.85-1.01 of two (geomean 0.96; d256 with V d_major 0.85-0.88 at
-// 8k-16k), so e4m3 keeps two.
+// 8k-16k), so e4m3 keeps two. Two copies with the first block folded into the masked one (no peeled copy; NVRTC
+// -9-18 %) measured 0.92-1.02 of the peeled schedule on an H100 (geomean 0.983; 2026-12-06): not taken.
 bool mask_free_loop_row(DType dtype) { return dtype == DType::kE4m3; }
 
 }  // namespace
@@ -176,7 +177,8 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // in one process) for 64, 128, 256: non-causal 1.00-1.14 (bf16) and 0.99-1.20 (e4m3 d_major) with the static order;
   // causal 1.02-1.14 (bf16) and 1.01-1.23 (e4m3 d_major) with the dynamic tile scheduler, whose counter is the call's
   // workspace (launch.cpp: workspace_layout). Without a workspace a causal call runs a static order, measured
-  // 0.61-1.12 of the grid.
+  // 0.61-1.12 of the grid. cluster_m stays 1: 2-CTA clusters on the persistent grid measured 0.93-1.02 of it (bf16
+  // d128 and d256 non-causal 1k-16k, H100, 2026-12-06).
   t.persistent = persistent_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   t.load_k_ahead = load_k_ahead_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   t.mask_free_loop = mask_free_loop_row(dtype);
