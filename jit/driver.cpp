@@ -74,6 +74,7 @@ Loaded load() {
   FA3JIT_RESOLVE(cuFuncSetAttribute);
   FA3JIT_RESOLVE(cuFuncGetAttribute);
   FA3JIT_RESOLVE(cuLaunchKernelEx);
+  FA3JIT_RESOLVE(cuOccupancyMaxActiveClusters);
   FA3JIT_RESOLVE(cuTensorMapEncodeTiled);
   FA3JIT_RESOLVE(cuPointerGetAttribute);
   FA3JIT_RESOLVE(cuPointerGetAttributes);

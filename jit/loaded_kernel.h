@@ -28,13 +28,25 @@ class LoadedKernel {
   /// The function for `ctx`, with its dynamic shared-memory limit raised (once per context).
   CUfunction function_for(CUcontext ctx);
 
+  /// How many clusters of this kernel's launch (its block, shared memory and cluster_x CTAs) can run at once on the
+  /// device of `ctx` (cuOccupancyMaxActiveClusters, Driver API §Occupancy: the SMs of a GPC that cannot pair up
+  /// hold none), asked once per context; at least 1. 0 for a kernel launched without clusters. A persistent grid
+  /// of clusters is sized by it, so that no cluster waits for another to finish.
+  int active_clusters(CUcontext ctx);
+
  private:
   std::shared_ptr<const CompiledKernel> compiled_;
   LaunchInvariants launch_;
   CUlibrary library_ = nullptr;
   CUkernel kernel_ = nullptr;
+  struct ContextFunction {
+    CUfunction function = nullptr;
+    int active_clusters = 0;
+  };
+  ContextFunction& entry_for(CUcontext ctx);  // under mu_
+
   std::mutex mu_;
-  std::map<CUcontext, CUfunction> functions_;
+  std::map<CUcontext, ContextFunction> functions_;
 };
 
 /// cuLaunchKernelEx of `function` on `stream` with grid (grid_x, 1, 1), the block, shared memory and

@@ -600,9 +600,14 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
   // A persistent kernel runs one CTA per SM (its __launch_bounds__(threads, 1) registers and shared memory fit one),
   // each striding over the tiles (device/scheduler.cuh: persistent_tile); fewer tiles than SMs, one CTA each. With a
-  // cluster, whole clusters (the tile count is a multiple of cluster_m: scheduler.cpp), whose CTAs take adjacent
-  // tiles of each round (device/kernel.cuh).
-  const int64_t persistent_ctas = multiprocessor_count(device.ordinal) / spec.cluster_m * spec.cluster_m;
+  // cluster, as many whole clusters as the device runs at once (the tile count is a multiple of cluster_m:
+  // scheduler.cpp), whose CTAs take adjacent tiles of each round (device/kernel.cuh): a GPC whose SMs do not pair up
+  // leaves one idle, and a cluster beyond the resident ones would run its whole share of the tiles after them.
+  const int64_t persistent_ctas =
+      spec.cluster_m > 1 && spec.persistent
+          ? std::min<int64_t>(multiprocessor_count(device.ordinal) / spec.cluster_m,
+                              kernel.loaded().active_clusters(device.ctx)) * spec.cluster_m
+          : multiprocessor_count(device.ordinal);
   plan.grid = static_cast<unsigned>(spec.persistent ? std::min<int64_t>(sched.num_tiles, persistent_ctas)
                                                     : sched.num_tiles);
   // A persistent CTA's next index is a count plus the grid (device/kernel.cuh: PersistentTiles): below 2^31 too.

@@ -40,6 +40,7 @@ std::vector<EncodedMap> g_encoded;             // since the last launch
 FakeCudaLaunch g_last_launch{};
 int g_launches = 0;
 uint64_t g_param_bytes = 0;
+int g_max_active_clusters = 0;  // fake_cuda_set_max_active_clusters; 0: every SM pairs up
 std::vector<std::pair<std::string, uint64_t>> g_param_bytes_by_prefix;  // kernels of another family's Params
 constexpr int kHistory = 8;
 FakeCudaLaunch g_history[kHistory];  // launch n (1-based) at [(n - 1) % kHistory]
@@ -204,6 +205,23 @@ CUresult fake_cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int va
 }
 CUresult fake_cuFuncGetAttribute(int* value, CUfunction_attribute, CUfunction) { *value = 0; return CUDA_SUCCESS; }
 
+// As the driver documents it: the cluster size comes from the config (these kernels set no required size), the grid
+// is a multiple of it; the answer is the SM count over the cluster size unless a test set another.
+CUresult fake_cuOccupancyMaxActiveClusters(int* n, CUfunction f, const CUlaunchConfig* c) {
+  if (n == nullptr || c == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const int device = static_cast<int>(reinterpret_cast<uintptr_t>(f) >> 32);
+  if ((reinterpret_cast<uintptr_t>(f) & 0xffffffffu) == 0 || device != current_device()) return CUDA_ERROR_INVALID_HANDLE;
+  unsigned cluster = 0;
+  for (unsigned i = 0; i < c->numAttrs; ++i)
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) cluster = c->attrs[i].value.clusterDim.x;
+  if (cluster == 0 || c->gridDimX % cluster != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  int sms = 0;
+  fake_cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+  std::lock_guard<std::mutex> lock(g_mu);
+  *n = g_max_active_clusters > 0 ? g_max_active_clusters : sms / static_cast<int>(cluster);
+  return CUDA_SUCCESS;
+}
+
 CUresult fake_cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   if (c == nullptr || params == nullptr || extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -356,7 +374,7 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* 
       FAKE_ENTRY(cuCtxGetCurrent), FAKE_ENTRY(cuCtxGetDevice), FAKE_ENTRY(cuStreamGetCtx),
       FAKE_ENTRY(cuLibraryLoadData), FAKE_ENTRY(cuLibraryUnload), FAKE_ENTRY(cuLibraryGetKernel),
       FAKE_ENTRY(cuKernelGetFunction), FAKE_ENTRY(cuFuncSetAttribute), FAKE_ENTRY(cuFuncGetAttribute),
-      FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuTensorMapEncodeTiled), FAKE_ENTRY(cuPointerGetAttribute), FAKE_ENTRY(cuPointerGetAttributes),
+      FAKE_ENTRY(cuLaunchKernelEx), FAKE_ENTRY(cuOccupancyMaxActiveClusters), FAKE_ENTRY(cuTensorMapEncodeTiled), FAKE_ENTRY(cuPointerGetAttribute), FAKE_ENTRY(cuPointerGetAttributes),
       FAKE_ENTRY(cuMemAlloc), FAKE_ENTRY(cuMemFree), FAKE_ENTRY(cuMemcpyHtoD), FAKE_ENTRY(cuMemcpyDtoH),
       FAKE_ENTRY(cuMemsetD8), FAKE_ENTRY(cuMemsetD32Async), FAKE_ENTRY(cuStreamSynchronize), FAKE_ENTRY(cuStreamIsCapturing), FAKE_ENTRY(cuStreamCreate), FAKE_ENTRY(cuStreamDestroy), FAKE_ENTRY(cuCtxSynchronize),
       FAKE_ENTRY(cuEventCreate), FAKE_ENTRY(cuEventRecord), FAKE_ENTRY(cuEventSynchronize),
@@ -407,6 +425,11 @@ __attribute__((visibility("default"))) uint64_t fake_cuda_alloc_on(int device, u
 }
 
 __attribute__((visibility("default"))) int fake_cuda_device_count() { return device_count(); }
+
+__attribute__((visibility("default"))) void fake_cuda_set_max_active_clusters(int n) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_max_active_clusters = n;
+}
 
 __attribute__((visibility("default"))) int fake_cuda_make_current(int device) {
   if (device < 0 || device >= device_count()) return 0;

@@ -46,6 +46,10 @@ uint64_t fake_cuda_alloc(uint64_t bytes);
 /// The same on `device`, whatever context is current; 0 for a device the fake does not have.
 uint64_t fake_cuda_alloc_on(int device, uint64_t bytes);
 
+/// What cuOccupancyMaxActiveClusters answers from now on (a device whose GPCs do not pair up every SM); 0 (the
+/// default): the SM count over the cluster size.
+void fake_cuda_set_max_active_clusters(int n);
+
 /// FAKE_CUDA_DEVICES (1 to 8, default 1): how many devices the fake driver has.
 int fake_cuda_device_count();
 

@@ -25,6 +25,7 @@ struct FakeDriver {
   int (*device_count)() = nullptr;
   int (*make_current)(int) = nullptr;
   void (*set_param_bytes)(uint64_t) = nullptr;
+  void (*set_max_active_clusters)(int) = nullptr;
 };
 
 /// The fake's functions, once per process. Launches then record the attention kernel's Params, and a combine
@@ -43,6 +44,7 @@ inline const FakeDriver& fake_driver() {
     r.device_count = reinterpret_cast<int (*)()>(symbol("fake_cuda_device_count"));
     r.make_current = reinterpret_cast<int (*)(int)>(symbol("fake_cuda_make_current"));
     r.set_param_bytes = reinterpret_cast<void (*)(uint64_t)>(symbol("fake_cuda_set_param_bytes"));
+    r.set_max_active_clusters = reinterpret_cast<void (*)(int)>(symbol("fake_cuda_set_max_active_clusters"));
     auto set_param_bytes_for =
         reinterpret_cast<void (*)(const char*, uint64_t)>(symbol("fake_cuda_set_param_bytes_for"));
     INFO("the loaded libcuda.so.1 is not the fake driver; run with LD_LIBRARY_PATH=<build>/fake_driver");
@@ -53,6 +55,7 @@ inline const FakeDriver& fake_driver() {
     REQUIRE(r.device_count != nullptr);
     REQUIRE(r.make_current != nullptr);
     REQUIRE(r.set_param_bytes != nullptr);
+    REQUIRE(r.set_max_active_clusters != nullptr);
     REQUIRE(set_param_bytes_for != nullptr);
     r.set_param_bytes(sizeof(fa3jit::attention_fwd::Params));
     set_param_bytes_for("fa3jit_attention_combine", sizeof(fa3jit::attention_combine::Params));

@@ -416,6 +416,24 @@ TEST_CASE("cluster_m 2 launches 2-CTA clusters over an even number of row blocks
   CHECK(params_of(last_launch()).num_tiles == 34 * 4 * 2);
 }
 
+TEST_CASE("a persistent grid of clusters holds only the clusters the device runs at once", "[fake_driver][launch]") {
+  // A device whose GPCs leave SMs unpaired: 60 2-CTA clusters at once on 132 SMs, not 66. Set before this kernel's
+  // first persistent launch (the answer is asked once per kernel and context), restored after.
+  const Spec spec = parse_spec(std::string(R"({"dtype": "bf16", "head_dim": 256, "cluster_m": 2})"));
+  REQUIRE(spec.persistent);
+  fake_support::fake_driver().set_max_active_clusters(60);
+  ForwardArgs many = problem(2, 70 * spec.block_m, 300, 2, 2, 256);  // 70 row blocks x 2 heads x 2 sequences
+  forward(*load_kernel(runtime(), spec), many, nullptr);
+  fake_support::fake_driver().set_max_active_clusters(0);
+  CHECK(last_launch().cluster_x == 2);
+  CHECK(last_launch().grid[0] == 120);
+  CHECK(params_of(last_launch()).num_tiles == 70 * 2 * 2);
+  // Fewer tiles than resident clusters hold: one CTA per tile, as without the limit.
+  ForwardArgs few = problem(1, 10 * spec.block_m, 300, 2, 2, 256);
+  forward(*load_kernel(runtime(), spec), few, nullptr);
+  CHECK(last_launch().grid[0] == 20);
+}
+
 TEST_CASE("the parameter struct reaches the kernel as its one argument, as prepare_launch built it",
           "[fake_driver][launch]") {
   ForwardArgs a = problem(2, 300, 257, 8, 2, 128, /*causal=*/true);
