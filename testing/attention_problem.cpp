@@ -2,6 +2,7 @@
 #include "testing/attention_problem.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <utility>
@@ -67,29 +68,50 @@ AttentionProblem::AttentionProblem(const ProblemShape& s, uint64_t seed) : shape
 
 namespace {
 
-// Quantises the elements of one tensor group by group: group_of(b, s, h, d) names the element's scale group;
-// each group is scaled by a random power of two in [1/4, 4], then gets the power-of-two descale that brings its
-// amax to at most 448. bytes receives the e4m3 values; t's data the dequantised values (exact in bf16).
-template <class GroupOf>
+// The scale group of the elements of one (b, s, h) row of a tensor: element d is in group base + d * d_step.
+struct RowGroups {
+  size_t base;
+  size_t d_step;  // 0: one group per row (per-head and per-block Q/K); 1: one per channel (per-block V)
+};
+
+// Quantises the elements of one tensor group by group: row_groups(b, s, h) names the groups of a row; each group is
+// scaled by a random power of two in [1/4, 4], then gets the power-of-two descale that brings its amax to at most
+// 448. bytes receives the e4m3 values; t's data the dequantised values (exact in bf16). Both scalings are by powers
+// of two, exact in float, so |x| * factor, x * (factor / descale) and the amax of |x| times factor are the values
+// the element-by-element formulas give; the rows are walked once each way, in memory order.
+template <class RowGroupsOf>
 void quantize_tensor(HostTensor& t, std::vector<uint8_t>& bytes, std::vector<float>& descale, size_t groups,
-                     GroupOf group_of, std::mt19937_64& rng) {
+                     RowGroupsOf row_groups, std::mt19937_64& rng) {
   std::vector<float> factor(groups), amax(groups, 0.0f);
   for (float& f : factor) f = std::ldexp(1.0f, static_cast<int>(rng() % 5) - 2);
-  auto each = [&](auto fn) {
+  auto each_row = [&](auto fn) {
     for (int64_t b = 0; b < t.batch; ++b)
       for (int64_t s = 0; s < t.seqlen; ++s)
-        for (int64_t h = 0; h < t.heads; ++h)
-          for (int64_t d = 0; d < t.dim; ++d) fn(t.offset(b, s, h, d), group_of(b, s, h, d));
+        for (int64_t h = 0; h < t.heads; ++h) fn(t.offset(b, s, h, 0), row_groups(b, s, h));
   };
-  each([&](int64_t i, size_t g) { amax[g] = std::max(amax[g], std::fabs(bf16_to_float(t.data[i]) * factor[g])); });
+  each_row([&](int64_t row, RowGroups g) {
+    for (int64_t d = 0; d < t.dim; ++d) {
+      float& a = amax[g.base + static_cast<size_t>(d) * g.d_step];
+      a = std::max(a, std::fabs(bf16_to_float(t.data[static_cast<size_t>(row + d)])));
+    }
+  });
+  for (size_t g = 0; g < groups; ++g) amax[g] *= factor[g];
   descale.assign(groups, 1.0f);
-  for (size_t g = 0; g < groups; ++g)
+  std::vector<float> scale(groups);  // factor / descale: a power of two
+  for (size_t g = 0; g < groups; ++g) {
     if (amax[g] > 0.0f) descale[g] = std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(amax[g] / 448.0f))));
+    scale[g] = factor[g] / descale[g];
+  }
+  std::array<float, 256> decoded;
+  for (int e = 0; e < 256; ++e) decoded[static_cast<size_t>(e)] = e4m3_to_float(static_cast<uint8_t>(e));
   bytes.assign(t.data.size(), 0);
-  each([&](int64_t i, size_t g) {
-    const uint8_t e = float_to_e4m3(bf16_to_float(t.data[i]) * factor[g] / descale[g]);
-    bytes[i] = e;
-    t.data[i] = float_to_bf16(e4m3_to_float(e) * descale[g]);
+  each_row([&](int64_t row, RowGroups g) {
+    for (int64_t d = 0; d < t.dim; ++d) {
+      const size_t i = static_cast<size_t>(row + d), k = g.base + static_cast<size_t>(d) * g.d_step;
+      const uint8_t e = float_to_e4m3(bf16_to_float(t.data[i]) * scale[k]);
+      bytes[i] = e;
+      t.data[i] = float_to_bf16(decoded[e] * descale[k]);
+    }
   });
 }
 
@@ -120,21 +142,22 @@ void AttentionProblem::quantize_e4m3(uint64_t seed) {
     const int64_t m_blocks = (p.seqlen_q + p.quant_block_m - 1) / p.quant_block_m;
     const int64_t n_blocks = (p.seqlen_k + p.quant_block_n - 1) / p.quant_block_n;
     quantize_tensor(q, q8, q_descale, B * p.num_heads * m_blocks,
-                    [&](int64_t b, int64_t s, int64_t h, int64_t) {
-                      return static_cast<size_t>((b * p.num_heads + h) * m_blocks + s / p.quant_block_m);
+                    [&](int64_t b, int64_t s, int64_t h) {
+                      return RowGroups{static_cast<size_t>((b * p.num_heads + h) * m_blocks + s / p.quant_block_m), 0};
                     }, rng);
     quantize_tensor(k, k8, k_descale, B * p.num_heads_kv * n_blocks,
-                    [&](int64_t b, int64_t s, int64_t h, int64_t) {
-                      return static_cast<size_t>((b * p.num_heads_kv + h) * n_blocks + s / p.quant_block_n);
+                    [&](int64_t b, int64_t s, int64_t h) {
+                      return RowGroups{static_cast<size_t>((b * p.num_heads_kv + h) * n_blocks + s / p.quant_block_n),
+                                       0};
                     }, rng);
     quantize_tensor(v, v8, v_descale, B * p.num_heads_kv * p.head_dim_v,
-                    [&](int64_t b, int64_t, int64_t h, int64_t d) {
-                      return static_cast<size_t>((b * p.num_heads_kv + h) * p.head_dim_v + d);
+                    [&](int64_t b, int64_t, int64_t h) {
+                      return RowGroups{static_cast<size_t>((b * p.num_heads_kv + h) * p.head_dim_v), 1};
                     }, rng);
   } else {
     auto per_head = [&](int64_t heads_per_scale) {
-      return [&, heads_per_scale](int64_t b, int64_t, int64_t h, int64_t) {
-        return static_cast<size_t>(b * p.num_heads_kv + h / heads_per_scale);
+      return [&, heads_per_scale](int64_t b, int64_t, int64_t h) {
+        return RowGroups{static_cast<size_t>(b * p.num_heads_kv + h / heads_per_scale), 0};
       };
     };
     quantize_tensor(q, q8, q_descale, B * p.num_heads_kv, per_head(group), rng);
