@@ -603,10 +603,11 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   // cluster, as many whole clusters as the device runs at once (the tile count is a multiple of cluster_m:
   // scheduler.cpp), whose CTAs take adjacent tiles of each round (device/kernel.cuh): a GPC whose SMs do not pair up
   // leaves one idle, and a cluster beyond the resident ones would run its whole share of the tiles after them.
+  // At least one cluster: a grid of 0 would launch nothing and leave out unwritten.
   const int64_t persistent_ctas =
       spec.cluster_m > 1 && spec.persistent
-          ? std::min<int64_t>(multiprocessor_count(device.ordinal) / spec.cluster_m,
-                              kernel.loaded().active_clusters(device.ctx)) * spec.cluster_m
+          ? std::max<int64_t>(1, std::min<int64_t>(multiprocessor_count(device.ordinal) / spec.cluster_m,
+                                                   kernel.loaded().active_clusters(device.ctx))) * spec.cluster_m
           : multiprocessor_count(device.ordinal);
   plan.grid = static_cast<unsigned>(spec.persistent ? std::min<int64_t>(sched.num_tiles, persistent_ctas)
                                                     : sched.num_tiles);

@@ -417,20 +417,27 @@ TEST_CASE("cluster_m 2 launches 2-CTA clusters over an even number of row blocks
 }
 
 TEST_CASE("a persistent grid of clusters holds only the clusters the device runs at once", "[fake_driver][launch]") {
-  // A device whose GPCs leave SMs unpaired: 60 2-CTA clusters at once on 132 SMs, not 66. Set before this kernel's
-  // first persistent launch (the answer is asked once per kernel and context), restored after.
+  // A device whose GPCs leave SMs unpaired: 60 2-CTA clusters at once on 132 SMs, not 66. The answer is asked once
+  // per loaded kernel and context, so the kernel comes from a runtime of this test's own (a fresh load), and the
+  // fake's answer is restored however the test ends.
   const Spec spec = parse_spec(std::string(R"({"dtype": "bf16", "head_dim": 256, "cluster_m": 2})"));
   REQUIRE(spec.persistent);
+  fake_support::TempDir dir("fa3jit-fake-driver-clusters");
+  REQUIRE(!dir.path.empty());
+  Runtime own(RuntimeOptions{dir.path});
   fake_support::fake_driver().set_max_active_clusters(60);
+  struct Restore {
+    ~Restore() { fake_support::fake_driver().set_max_active_clusters(0); }
+  } restore;
+  const std::shared_ptr<const attention_fwd::Kernel> kernel = load_kernel(own, spec);
   ForwardArgs many = problem(2, 70 * spec.block_m, 300, 2, 2, 256);  // 70 row blocks x 2 heads x 2 sequences
-  forward(*load_kernel(runtime(), spec), many, nullptr);
-  fake_support::fake_driver().set_max_active_clusters(0);
+  forward(*kernel, many, nullptr);
   CHECK(last_launch().cluster_x == 2);
   CHECK(last_launch().grid[0] == 120);
   CHECK(params_of(last_launch()).num_tiles == 70 * 2 * 2);
   // Fewer tiles than resident clusters hold: one CTA per tile, as without the limit.
   ForwardArgs few = problem(1, 10 * spec.block_m, 300, 2, 2, 256);
-  forward(*load_kernel(runtime(), spec), few, nullptr);
+  forward(*kernel, few, nullptr);
   CHECK(last_launch().grid[0] == 20);
 }
 
