@@ -497,14 +497,27 @@ ByteRange check_index_tensor(const int32_t* ptr, int64_t count, const char* name
                           nullptr);
 }
 
+// The function of a kernel in the call's context, and for a persistent grid of clusters how many clusters the device
+// runs at once (LoadedKernel::active_clusters; 0 for other kernels): what a thread's memo keeps per (kernel, context).
+struct ContextKernel {
+  CUfunction function = nullptr;
+  int active_clusters = 0;
+};
+
+ContextKernel context_kernel(const Kernel& kernel, CUcontext ctx) {
+  const Spec& spec = kernel.config().spec;
+  LoadedKernel& loaded = kernel.loaded();
+  return {loaded.function_for(ctx), spec.persistent && spec.cluster_m > 1 ? loaded.active_clusters(ctx) : 0};
+}
+
 // Device-side checks and parameters: everything a call does once its kernel is known, but the launch.
-LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDevice& device, const ForwardArgs& a,
+LaunchPlan build_launch(const Kernel& kernel, const ContextKernel& ck, const CallDevice& device, const ForwardArgs& a,
                         const CallShape& s, int num_splits, void* stream) {
   const KernelConfig& cfg = kernel.config();
   const Spec& spec = cfg.spec;
   check_context_and_stream(device, stream);
   LaunchPlan plan;
-  plan.function = function;
+  plan.function = ck.function;
   plan.launch = kernel.loaded().launch();
   plan.stream = static_cast<CUstream>(stream);
   const int64_t q_batch = s.varlen_q ? 1 : s.batch;
@@ -607,7 +620,7 @@ LaunchPlan build_launch(const Kernel& kernel, CUfunction function, const CallDev
   const int64_t persistent_ctas =
       spec.cluster_m > 1 && spec.persistent
           ? std::max<int64_t>(1, std::min<int64_t>(multiprocessor_count(device.ordinal) / spec.cluster_m,
-                                                   kernel.loaded().active_clusters(device.ctx))) * spec.cluster_m
+                                                   ck.active_clusters)) * spec.cluster_m
           : multiprocessor_count(device.ordinal);
   plan.grid = static_cast<unsigned>(spec.persistent ? std::min<int64_t>(sched.num_tiles, persistent_ctas)
                                                     : sched.num_tiles);
@@ -798,7 +811,7 @@ struct Memo {
   ShapeClass key{};
   CUcontext ctx = nullptr;
   const Kernel* kernel = nullptr;
-  CUfunction function = nullptr;
+  ContextKernel context;
 };
 thread_local Memo t_memo;
 
@@ -928,9 +941,9 @@ LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* strea
   Memo& memo = t_memo;
   if (!(memo.runtime_id == runtime.id() && memo.key == choice.key && memo.ctx == device.ctx)) {
     const Kernel& kernel = plan_for(runtime, choice.key);
-    memo = Memo{runtime.id(), choice.key, device.ctx, &kernel, kernel.loaded().function_for(device.ctx)};
+    memo = Memo{runtime.id(), choice.key, device.ctx, &kernel, context_kernel(kernel, device.ctx)};
   }
-  return build_launch(*memo.kernel, memo.function, device, args, shape, choice.num_splits, stream);
+  return build_launch(*memo.kernel, memo.context, device, args, shape, choice.num_splits, stream);
 }
 
 LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* stream) {
@@ -938,7 +951,7 @@ LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* s
   check_q_pointer(args);
   check_agrees(kernel.spec(), args, shape);
   const CallDevice device = call_device(args.q.data, "q.data", "q");
-  return build_launch(kernel, kernel.loaded().function_for(device.ctx), device, args, shape,
+  return build_launch(kernel, context_kernel(kernel, device.ctx), device, args, shape,
                       kernel_splits(kernel, args, shape, device.ordinal), stream);
 }
 
