@@ -497,17 +497,29 @@ ByteRange check_index_tensor(const int32_t* ptr, int64_t count, const char* name
                           nullptr);
 }
 
-// The function of a kernel in the call's context, and for a persistent grid of clusters how many clusters the device
-// runs at once (LoadedKernel::active_clusters; 0 for other kernels): what a thread's memo keeps per (kernel, context).
+// What a kernel's launches on one device need that depends on the kernel and the device alone, kept by a thread's
+// memo per (kernel, context): the function, and for a persistent kernel the most CTAs its grid takes.
 struct ContextKernel {
   CUfunction function = nullptr;
-  int active_clusters = 0;
+  int64_t persistent_ctas = 0;  // 0 for a kernel with one CTA per tile
 };
 
-ContextKernel context_kernel(const Kernel& kernel, CUcontext ctx) {
+ContextKernel context_kernel(const Kernel& kernel, const CallDevice& device) {
   const Spec& spec = kernel.config().spec;
   LoadedKernel& loaded = kernel.loaded();
-  return {loaded.function_for(ctx), spec.persistent && spec.cluster_m > 1 ? loaded.active_clusters(ctx) : 0};
+  ContextKernel ck{loaded.function_for(device.ctx), 0};
+  // A persistent kernel runs one CTA per SM (its __launch_bounds__(threads, 1) registers and shared memory fit one).
+  // With a cluster, as many whole clusters as the device runs at once: a GPC whose SMs do not pair up leaves one
+  // idle, and a cluster beyond the resident ones would run its whole share of the tiles after them; at least one.
+  if (!spec.persistent) return ck;
+  const int64_t sms = multiprocessor_count(device.ordinal);
+  if (spec.cluster_m == 1) {
+    ck.persistent_ctas = sms;
+  } else {
+    const int64_t clusters = std::min<int64_t>(sms / spec.cluster_m, loaded.active_clusters(device.ctx));
+    ck.persistent_ctas = std::max<int64_t>(1, clusters) * spec.cluster_m;
+  }
+  return ck;
 }
 
 // Device-side checks and parameters: everything a call does once its kernel is known, but the launch.
@@ -611,18 +623,10 @@ LaunchPlan build_launch(const Kernel& kernel, const ContextKernel& ck, const Cal
   }
 
   const CUtensorMapDataType type = tensor_map_type(a.dtype);
-  // A persistent kernel runs one CTA per SM (its __launch_bounds__(threads, 1) registers and shared memory fit one),
-  // each striding over the tiles (device/scheduler.cuh: persistent_tile); fewer tiles than SMs, one CTA each. With a
-  // cluster, as many whole clusters as the device runs at once (the tile count is a multiple of cluster_m:
-  // scheduler.cpp), whose CTAs take adjacent tiles of each round (device/kernel.cuh): a GPC whose SMs do not pair up
-  // leaves one idle, and a cluster beyond the resident ones would run its whole share of the tiles after them.
-  // At least one cluster: a grid of 0 would launch nothing and leave out unwritten.
-  const int64_t persistent_ctas =
-      spec.cluster_m > 1 && spec.persistent
-          ? std::max<int64_t>(1, std::min<int64_t>(multiprocessor_count(device.ordinal) / spec.cluster_m,
-                                                   ck.active_clusters)) * spec.cluster_m
-          : multiprocessor_count(device.ordinal);
-  plan.grid = static_cast<unsigned>(spec.persistent ? std::min<int64_t>(sched.num_tiles, persistent_ctas)
+  // A persistent grid's CTAs (context_kernel) each stride over the tiles (device/scheduler.cuh: persistent_tile);
+  // fewer tiles than that, one CTA each. With a cluster the tile count is a multiple of cluster_m (scheduler.cpp) and
+  // the cluster's CTAs take adjacent tiles of each round (device/kernel.cuh).
+  plan.grid = static_cast<unsigned>(spec.persistent ? std::min<int64_t>(sched.num_tiles, ck.persistent_ctas)
                                                     : sched.num_tiles);
   // A persistent CTA's next index is a count plus the grid (device/kernel.cuh: PersistentTiles): below 2^31 too.
   if (spec.persistent && sched.num_tiles > 0x7fffffff - static_cast<int64_t>(plan.grid))
@@ -941,7 +945,7 @@ LaunchPlan prepare_launch(Runtime& runtime, const ForwardArgs& args, void* strea
   Memo& memo = t_memo;
   if (!(memo.runtime_id == runtime.id() && memo.key == choice.key && memo.ctx == device.ctx)) {
     const Kernel& kernel = plan_for(runtime, choice.key);
-    memo = Memo{runtime.id(), choice.key, device.ctx, &kernel, context_kernel(kernel, device.ctx)};
+    memo = Memo{runtime.id(), choice.key, device.ctx, &kernel, context_kernel(kernel, device)};
   }
   return build_launch(*memo.kernel, memo.context, device, args, shape, choice.num_splits, stream);
 }
@@ -951,7 +955,7 @@ LaunchPlan prepare_launch(const Kernel& kernel, const ForwardArgs& args, void* s
   check_q_pointer(args);
   check_agrees(kernel.spec(), args, shape);
   const CallDevice device = call_device(args.q.data, "q.data", "q");
-  return build_launch(kernel, context_kernel(kernel, device.ctx), device, args, shape,
+  return build_launch(kernel, context_kernel(kernel, device), device, args, shape,
                       kernel_splits(kernel, args, shape, device.ordinal), stream);
 }
 
