@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Decode-step bandwidth against the number of KV splits: fa3jit's flash_attn_with_kvcache with num_splits forced to
+each count, beside its own heuristic (num_splits=0), FlashAttention-3 and cuDNN, one process.
+
+The split heuristic (kernels/attention_fwd/scheduler.cpp: num_splits_heuristic) fills the SMs by wave efficiency;
+a decode step of a small batch is latency-bound, where fewer splits (fewer partials, a shorter combine) or more
+(more bytes in flight) may win. This sweep measures which, per cell, for the heuristic to follow.
+
+Cells (batch, seqlen_k), bf16, head_dim 128, 32 query heads over 8 KV heads, seqlen_q 1, contiguous caches; GB/s of
+K+V read (bench_decode.py's figure of merit and timing: median of --runs calls after an L2 flush and a spin kernel).
+
+    python3 bench/decode_splits.py [--fa3-site DIR] [--json OUT]
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import bench_decode  # noqa: E402
+from bench_fwd import import_fa3jit  # noqa: E402
+
+CELLS = [(1, 1024), (1, 2048), (1, 4096), (1, 16384), (2, 4096), (4, 1024), (4, 4096), (8, 1024), (8, 4096),
+         (16, 1024), (16, 2048), (16, 4096), (32, 1024), (32, 4096)]
+SPLITS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+HEADS, HEADS_KV, BLOCK_N = 32, 8, 128  # BLOCK_N: the decode tile's key block at d128 (tile_table.cpp: decode_tile)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--fa3-site", default="/tmp/site")
+    parser.add_argument("--json", type=pathlib.Path)
+    args = parser.parse_args()
+    import torch
+    fa3jit = import_fa3jit()
+    fa3_call, fa3_where = bench_decode.load_fa3(torch, args.fa3_site)
+    if fa3_call is None:
+        print(f"FA3: {fa3_where}", file=sys.stderr)
+    timer = bench_decode.Timer(torch, args.runs, args.warmup)
+    results = []
+    header = ["batch", "seqlen_k", "heuristic", "FA3", "cuDNN"] + [f"s{s}" for s in SPLITS] + ["best", "best/peer"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for batch, seqlen_k in CELLS:
+        q, k, v, seqlens = bench_decode.tensors(torch, batch, seqlen_k, HEADS, HEADS_KV)
+        gb = batch * seqlen_k * HEADS_KV * bench_decode.HEAD_DIM * 2 * 2 / 1e9
+        ref = fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True, num_splits=1)
+        row = {"batch": batch, "seqlen_k": seqlen_k}
+        rate = lambda fn: gb / (timer.median_ms(fn) * 1e-3)  # noqa: E731
+        row["heuristic"] = rate(lambda: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True))
+        row["fa3"] = rate(lambda: fa3_call(q, k, v, seqlens)) if fa3_call else float("nan")
+        row["cudnn"] = rate(bench_decode.sdpa_call(torch, q, k, v, "view"))
+        n_blocks = -(-seqlen_k // BLOCK_N)
+        for s in SPLITS:
+            if s > n_blocks:
+                row[f"s{s}"] = float("nan")
+                continue
+            call = lambda s=s: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True,  # noqa: E731
+                                                             num_splits=s)
+            diff = (call().float() - ref.float()).abs().max().item()
+            if diff > bench_decode.MAX_ABS_DIFF:
+                print(f"MISMATCH batch {batch} seqlen_k {seqlen_k} num_splits {s}: {diff}", file=sys.stderr)
+            row[f"s{s}"] = rate(call)
+        measured = {s: row[f"s{s}"] for s in SPLITS if row[f"s{s}"] == row[f"s{s}"]}
+        best = max(measured, key=measured.get)
+        row["best"] = best
+        peer = max(x for x in (row["fa3"], row["cudnn"]) if x == x)
+        cells = [str(batch), str(seqlen_k)] + [f"{row[c]:.0f}" for c in ("heuristic", "fa3", "cudnn")]
+        cells += [f"{row[f's{s}']:.0f}" if row[f"s{s}"] == row[f"s{s}"] else "-" for s in SPLITS]
+        cells += [f"s{best}", f"{measured[best] / peer:.2f}"]
+        print("| " + " | ".join(cells) + " |", flush=True)
+        results.append(row)
+    if args.json:
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "cells": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
