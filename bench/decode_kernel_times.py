@@ -49,7 +49,7 @@ def main():
                     torch.cuda._sleep(100_000)
                     fn()
                 torch.cuda.synchronize()
-            kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and "sleep" not in e.name
+            kernels = [e for e in prof.events() if e.device_type.name == "CUDA" and "sleep" not in e.name and "spin" not in e.name
                        and "Memcpy" not in e.name and "Memset" not in e.name]
             kernels.sort(key=lambda e: e.time_range.start)
             per_call = len(kernels) // args.calls
