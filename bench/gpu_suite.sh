@@ -4,14 +4,14 @@
 # and a before/after comparison of every config against another build. Prints a short summary per stage;
 # full logs go to OUT_DIR.
 # Usage (on the GPU machine, from the repository root, with a build in ./build):
-#   bench/gpu_suite.sh OUT_DIR [run|checks|tests|pytest|sanitizer|tune|bench|decode|fp8|host|compare]...   (default: all but compare)
+#   bench/gpu_suite.sh OUT_DIR [run|checks|tests|pytest|sanitizer|tune|bench|decode|splits|fp8|host|compare]...   (default: all but compare)
 # Environment: BEFORE_DIR (for compare: a directory holding an older `fa3jit` CLI and its libfa3jit.so),
 # FA3_SITE (a directory on which `import fa3_fwd_interface` works, for FA3 as a peer), GPU_TESTS (the Catch2 tags of
 # the tests stage, default "[gpu]"), PYTEST_PATHS (default tests/python), COMPARE_SPECS (default configs/*.json),
 # SANITIZE_TESTS (the tags of the sanitizer stage).
 set -uo pipefail
 out=${1:?usage: bench/gpu_suite.sh OUT_DIR [tests|tune|bench]...}; shift
-stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench decode fp8 host)
+stages=("$@"); ((${#stages[@]})) || stages=(run tests pytest sanitizer tune bench decode splits fp8 host)
 mkdir -p "$out"
 export FA3JIT_CACHE_DIR=${FA3JIT_CACHE_DIR:-/tmp/fa3jit-device-cache}
 export FA3JIT_LIBRARY=$PWD/build/libfa3jit.so PYTHONPATH=$PWD/tools/python${FA3_SITE:+:$FA3_SITE}${PYTHONPATH:+:$PYTHONPATH}
@@ -81,6 +81,13 @@ for stage in "${stages[@]}"; do
       # Decode-step K/V bandwidth: fa3jit contiguous and paged beside FA3 and cuDNN, and the host cost per call.
       timeout 400 python3 bench/bench_decode.py --out-dir "$out" ${FA3_SITE:+--fa3-site "$FA3_SITE"} > "$out/bench_decode.log" 2>&1
       echo "decode bench rc=$?"; grep -E "^\||geometric|host cost|MISMATCH" "$out/bench_decode.log" | head -20 ;;
+    splits)
+      # Decode bandwidth against the KV split count (fa3jit forced to 1..64 splits beside its heuristic, FA3 and cuDNN),
+      # and each decode kernel's GPU time: the data the split heuristic follows.
+      timeout 120 python3 bench/decode_splits.py ${FA3_SITE:+--fa3-site "$FA3_SITE"} --json "$out/decode_splits.json" > "$out/decode_splits.log" 2>&1
+      echo "decode splits rc=$?"; grep -E "^\||MISMATCH" "$out/decode_splits.log" | head -20
+      timeout 60 python3 bench/decode_kernel_times.py ${FA3_SITE:+--fa3-site "$FA3_SITE"} > "$out/decode_kernels.log" 2>&1
+      echo "decode kernel times rc=$?"; grep -E " x " "$out/decode_kernels.log" | head -20 ;;
     fp8)
       # FP8 beside FA3 fp8 and cuDNN bf16, the accuracy ablation and long-context sweep, the pre-pass bandwidth.
       timeout 300 python3 bench/bench_fwd.py --dtype e4m3 --out-dir "$out" ${FA3_SITE:+--fa3-site "$FA3_SITE"} > "$out/bench_fp8.log" 2>&1
