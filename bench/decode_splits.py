@@ -8,6 +8,8 @@ a decode step of a small batch is latency-bound, where fewer splits (fewer parti
 
 Cells (batch, seqlen_k), bf16, head_dim 128, 32 query heads over 8 KV heads, seqlen_q 1, contiguous caches; GB/s of
 K+V read (bench_decode.py's figure of merit and timing: median of --runs calls after an L2 flush and a spin kernel).
+Each forced count's output is compared with one split's (max abs difference over bench_decode's 2e-2: MISMATCH, exit 1);
+a column that raises reads nan, with the reason on stderr.
 
     python3 bench/decode_splits.py [--fa3-site DIR] [--json OUT]
 """
@@ -42,6 +44,7 @@ def main():
         print(f"FA3: {fa3_where}", file=sys.stderr)
     timer = bench_decode.Timer(torch, args.runs, args.warmup)
     results = []
+    mismatches = 0
     header = ["batch", "seqlen_k", "heuristic", "FA3", "cuDNN"] + [f"s{s}" for s in SPLITS] + ["best", "best/peer"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -50,10 +53,17 @@ def main():
         gb = batch * seqlen_k * HEADS_KV * bench_decode.HEAD_DIM * 2 * 2 / 1e9
         ref = fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True, num_splits=1)
         row = {"batch": batch, "seqlen_k": seqlen_k}
-        rate = lambda fn: gb / (timer.median_ms(fn) * 1e-3)  # noqa: E731
-        row["heuristic"] = rate(lambda: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True))
-        row["fa3"] = rate(lambda: fa3_call(q, k, v, seqlens)) if fa3_call else float("nan")
-        row["cudnn"] = rate(bench_decode.sdpa_call(torch, q, k, v, "view"))
+        def rate(fn, what):
+            """GB/s of fn, or NaN (with the reason on stderr) when it raises: one failing column leaves the rest."""
+            try:
+                return gb / (timer.median_ms(fn) * 1e-3)
+            except Exception as error:  # noqa: BLE001 (a peer's or a split count's failure is reported, not fatal)
+                print(f"batch {batch} seqlen_k {seqlen_k} {what}: {type(error).__name__}: {error}", file=sys.stderr)
+                return float("nan")
+        row["heuristic"] = rate(lambda: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True),
+                                "heuristic")
+        row["fa3"] = rate(lambda: fa3_call(q, k, v, seqlens), "FA3") if fa3_call else float("nan")
+        row["cudnn"] = rate(bench_decode.sdpa_call(torch, q, k, v, "view"), "cuDNN")
         n_blocks = -(-seqlen_k // BLOCK_N)
         for s in SPLITS:
             if s > n_blocks:
@@ -61,21 +71,32 @@ def main():
                 continue
             call = lambda s=s: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True,  # noqa: E731
                                                              num_splits=s)
-            diff = (call().float() - ref.float()).abs().max().item()
-            if diff > bench_decode.MAX_ABS_DIFF:
-                print(f"MISMATCH batch {batch} seqlen_k {seqlen_k} num_splits {s}: {diff}", file=sys.stderr)
-            row[f"s{s}"] = rate(call)
+            try:
+                diff = (call().float() - ref.float()).abs().max().item()
+            except Exception as error:  # noqa: BLE001
+                print(f"batch {batch} seqlen_k {seqlen_k} num_splits={s}: {type(error).__name__}: {error}",
+                      file=sys.stderr)
+                row[f"s{s}"] = float("nan")
+                continue
+            if not diff <= bench_decode.MAX_ABS_DIFF:
+                print(f"MISMATCH batch {batch} seqlen_k {seqlen_k} num_splits {s}: max abs difference {diff} from "
+                      f"one split", file=sys.stderr)
+                mismatches += 1
+            row[f"s{s}"] = rate(call, f"num_splits={s}")
         measured = {s: row[f"s{s}"] for s in SPLITS if row[f"s{s}"] == row[f"s{s}"]}
-        best = max(measured, key=measured.get)
+        best = max(measured, key=measured.get) if measured else 0
         row["best"] = best
-        peer = max(x for x in (row["fa3"], row["cudnn"]) if x == x)
+        peers = [x for x in (row["fa3"], row["cudnn"]) if x == x]
+        peer = max(peers) if peers else float("nan")
         cells = [str(batch), str(seqlen_k)] + [f"{row[c]:.0f}" for c in ("heuristic", "fa3", "cudnn")]
         cells += [f"{row[f's{s}']:.0f}" if row[f"s{s}"] == row[f"s{s}"] else "-" for s in SPLITS]
-        cells += [f"s{best}", f"{measured[best] / peer:.2f}"]
+        cells += [f"s{best}", f"{measured[best] / peer:.2f}" if measured else "-"]
         print("| " + " | ".join(cells) + " |", flush=True)
         results.append(row)
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "cells": results}, indent=1))
+    if mismatches:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
