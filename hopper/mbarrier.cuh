@@ -40,6 +40,22 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+/// mbarrier_wait with acquire semantics at cluster scope (PTX ISA, mbarrier.try_wait .acquire.cluster): for a phase
+/// completed by another CTA of the cluster, e.g. by the complete-tx of st.async, whose release is at cluster scope; a
+/// .cta-scope acquire does not include the peer thread, so only this form orders the peer's stores before the reads
+/// that follow.
+__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1, %2;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity), "r"(10000000u)
+      : "memory");
+}
+
 /// Ring position in a pipeline of kStages stages: stage index and the parity of its current phase.
 template <int kStages>
 struct PipelineState {

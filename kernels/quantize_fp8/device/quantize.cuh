@@ -170,7 +170,7 @@ __device__ __forceinline__ void quantize_qk_blocks(const Params& p, const QkTens
   } else {
     cluster_wait();  // every CTA of the cluster runs and its amax_bar is initialised
     if (lane < kC) st_async_cluster_f32(smem_u32(s_amax + cluster_warp), amax_bar, static_cast<uint32_t>(lane), amax);
-    mbarrier_wait(amax_bar, 0);  // every slot of this CTA written; the CTA leaves no sooner (its peers' writes land)
+    mbarrier_wait_cluster(amax_bar, 0);  // every slot of this CTA written; the CTA leaves no sooner (its peers' writes land)
   }
   if (!active) return;  // no barrier below
   float block_amax = 0.0f;
