@@ -37,7 +37,8 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t r
 
 /// `value` into the float at shared address `slot` (this CTA's offset) in CTA `rank` of the cluster, completing 4
 /// bytes of the transaction count of the mbarrier at `bar` (this CTA's offset) in that CTA (PTX ISA §9.7.9.12,
-/// st.async): the receiver waits on its barrier, no cluster-wide barrier and no release fence are needed.
+/// st.async): the receiver waits on its barrier with a cluster-scope acquire (mbarrier_wait_cluster: the complete-tx
+/// releases at cluster scope); no cluster-wide barrier and no release fence are needed.
 __device__ __forceinline__ void st_async_cluster_f32(uint32_t slot, uint32_t bar, uint32_t rank, float value) {
   asm volatile(
       "{\n"

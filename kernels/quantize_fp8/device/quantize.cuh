@@ -8,7 +8,7 @@
 //   2. RoPE (device/rope.cuh), then H.D (device/hadamard.cuh), all in registers;
 //   3. warp amax by shuffles; each warp's amax goes to the slot of its cluster warp index in the shared memory
 //      of every CTA of the cluster (st.async after barrier.cluster.wait, completing the bytes of the receiver's
-//      mbarrier, which it waits on), then each warp reduces its block's slots: the block amax, without a second read;
+//      mbarrier, which it waits on with a cluster-scope acquire), then each warp reduces its block's slots: the block amax, without a second read;
 //   4. descale = descale_from_amax(amax / sqrt(head_dim)), written by the block's first lane; values scaled
 //      by 1/(sqrt(head_dim) descale), converted (cvt.rn.satfinite.e4m3x2), exchanged with the neighbouring
 //      lane (shfl.xor 1) and stored 16 bytes at a time.
