@@ -24,20 +24,22 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
+// The wait loop of mbarrier_wait and mbarrier_wait_cluster, `sem` the try_wait's semantics qualifiers ("" is the
+// default, .acquire at .cta scope). Operands: %0 the barrier, %1 the parity, %2 the suspend-time hint in ns.
+#define FA3JIT_MBARRIER_WAIT_LOOP(sem)                                      \
+  "{\n"                                                                     \
+  ".reg .pred done;\n"                                                      \
+  "wait_%=:\n"                                                              \
+  "mbarrier.try_wait.parity" sem ".shared::cta.b64 done, [%0], %1, %2;\n"   \
+  "@!done bra wait_%=;\n"                                                   \
+  "}\n"
+
 /// Blocks until the phase with parity `parity` has completed. Each try_wait may suspend the thread until the phase
 /// completes or the suspend-time hint (ns) runs out (PTX ISA, mbarrier.try_wait): 10 ms, as CUTLASS's
 /// ClusterBarrier::wait, so a waiting warp re-issues the instruction rarely instead of after the default limit
 /// (the producer warp executed 1.2 M try_waits for 47 k loads under ncu, FA3's about 49 k; bench/NOTES.md).
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity), "r"(10000000u)
-      : "memory");
+  asm volatile(FA3JIT_MBARRIER_WAIT_LOOP("") ::"r"(bar), "r"(parity), "r"(10000000u) : "memory");
 }
 
 /// mbarrier_wait with acquire semantics at cluster scope (PTX ISA, mbarrier.try_wait .acquire.cluster): for a phase
@@ -45,16 +47,10 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
 /// .cta-scope acquire does not include the peer thread, so only this form orders the peer's stores before the reads
 /// that follow.
 __device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1, %2;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity), "r"(10000000u)
-      : "memory");
+  asm volatile(FA3JIT_MBARRIER_WAIT_LOOP(".acquire.cluster") ::"r"(bar), "r"(parity), "r"(10000000u) : "memory");
 }
+
+#undef FA3JIT_MBARRIER_WAIT_LOOP
 
 /// Ring position in a pipeline of kStages stages: stage index and the parity of its current phase.
 template <int kStages>

@@ -8,7 +8,8 @@
 //   2. RoPE (device/rope.cuh), then H.D (device/hadamard.cuh), all in registers;
 //   3. warp amax by shuffles; each warp's amax goes to the slot of its cluster warp index in the shared memory
 //      of every CTA of the cluster (st.async after barrier.cluster.wait, completing the bytes of the receiver's
-//      mbarrier, which it waits on with a cluster-scope acquire), then each warp reduces its block's slots: the block amax, without a second read;
+//      mbarrier, which it waits on with a cluster-scope acquire), then each warp reduces its block's slots: the
+//      block amax, without a second read;
 //   4. descale = descale_from_amax(amax / sqrt(head_dim)), written by the block's first lane; values scaled
 //      by 1/(sqrt(head_dim) descale), converted (cvt.rn.satfinite.e4m3x2), exchanged with the neighbouring
 //      lane (shfl.xor 1) and stored 16 bytes at a time.
@@ -170,7 +171,8 @@ __device__ __forceinline__ void quantize_qk_blocks(const Params& p, const QkTens
   } else {
     cluster_wait();  // every CTA of the cluster runs and its amax_bar is initialised
     if (lane < kC) st_async_cluster_f32(smem_u32(s_amax + cluster_warp), amax_bar, static_cast<uint32_t>(lane), amax);
-    mbarrier_wait_cluster(amax_bar, 0);  // every slot of this CTA written; the CTA leaves no sooner (its peers' writes land)
+    // Every slot of this CTA written; the CTA leaves no sooner (its peers' writes land).
+    mbarrier_wait_cluster(amax_bar, 0);
   }
   if (!active) return;  // no barrier below
   float block_amax = 0.0f;
