@@ -27,7 +27,29 @@ from bench_fwd import import_fa3jit  # noqa: E402
 CELLS = [(1, 1024), (1, 2048), (1, 4096), (1, 16384), (2, 4096), (4, 1024), (4, 4096), (8, 1024), (8, 4096),
          (16, 1024), (16, 2048), (16, 4096), (32, 1024), (32, 4096)]
 SPLITS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
-HEADS, HEADS_KV, BLOCK_N = 32, 8, 128  # BLOCK_N: the decode tile's key block at d128 (tile_table.cpp: decode_tile)
+HEADS, HEADS_KV = 32, 8
+
+
+def key_blocks(fa3jit, seqlens, batch, seqlen_k):
+    """Key blocks of one sequence in the kernel the call runs: block_n from the library's plan of the call
+    (fa3jit_attention_plan, num_splits 1), so the tile table is not restated here."""
+    from fa3jit import _capi
+    present = seqlens.data_ptr()  # the plan reads no tensor; a non-null pointer selects the seqused_k layout
+    plan = _capi.plan(_capi.ForwardParams(
+        dtype=_capi.DTYPE_BF16, causal=1, batch=batch, num_heads=HEADS, num_heads_kv=HEADS_KV,
+        head_dim=bench_decode.HEAD_DIM, head_dim_v=bench_decode.HEAD_DIM, q=_capi.Tensor(data=present),
+        seqused_k=present, seqlen_q=1, seqlen_k=seqlen_k, num_splits=1, pack_gqa=-1))
+    return -(-seqlen_k // plan.block_n)
+
+
+def rate(timer, fn, gb, what):
+    """GB/s of fn (gb gigabytes read per call), or NaN with the reason on stderr when it raises, so that one failing
+    column leaves the rest of the table."""
+    try:
+        return gb / (timer.median_ms(fn) * 1e-3)
+    except Exception as error:  # noqa: BLE001 (a peer's or a split count's failure is reported, not fatal)
+        print(f"{what}: {type(error).__name__}: {error}", file=sys.stderr)
+        return float("nan")
 
 
 def main():
@@ -53,18 +75,12 @@ def main():
         gb = batch * seqlen_k * HEADS_KV * bench_decode.HEAD_DIM * 2 * 2 / 1e9
         ref = fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True, num_splits=1)
         row = {"batch": batch, "seqlen_k": seqlen_k}
-        def rate(fn, what):
-            """GB/s of fn, or NaN (with the reason on stderr) when it raises: one failing column leaves the rest."""
-            try:
-                return gb / (timer.median_ms(fn) * 1e-3)
-            except Exception as error:  # noqa: BLE001 (a peer's or a split count's failure is reported, not fatal)
-                print(f"batch {batch} seqlen_k {seqlen_k} {what}: {type(error).__name__}: {error}", file=sys.stderr)
-                return float("nan")
-        row["heuristic"] = rate(lambda: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True),
-                                "heuristic")
-        row["fa3"] = rate(lambda: fa3_call(q, k, v, seqlens), "FA3") if fa3_call else float("nan")
-        row["cudnn"] = rate(bench_decode.sdpa_call(torch, q, k, v, "view"), "cuDNN")
-        n_blocks = -(-seqlen_k // BLOCK_N)
+        cell = f"batch {batch} seqlen_k {seqlen_k}"
+        row["heuristic"] = rate(timer, lambda: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens,
+                                                                               causal=True), gb, f"{cell} heuristic")
+        row["fa3"] = rate(timer, lambda: fa3_call(q, k, v, seqlens), gb, f"{cell} FA3") if fa3_call else float("nan")
+        row["cudnn"] = rate(timer, bench_decode.sdpa_call(torch, q, k, v, "view"), gb, f"{cell} cuDNN")
+        n_blocks = key_blocks(fa3jit, seqlens, batch, seqlen_k)
         for s in SPLITS:
             if s > n_blocks:
                 row[f"s{s}"] = float("nan")
@@ -74,15 +90,13 @@ def main():
             try:
                 diff = (call().float() - ref.float()).abs().max().item()
             except Exception as error:  # noqa: BLE001
-                print(f"batch {batch} seqlen_k {seqlen_k} num_splits={s}: {type(error).__name__}: {error}",
-                      file=sys.stderr)
+                print(f"{cell} num_splits={s}: {type(error).__name__}: {error}", file=sys.stderr)
                 row[f"s{s}"] = float("nan")
                 continue
             if not diff <= bench_decode.MAX_ABS_DIFF:
-                print(f"MISMATCH batch {batch} seqlen_k {seqlen_k} num_splits {s}: max abs difference {diff} from "
-                      f"one split", file=sys.stderr)
+                print(f"MISMATCH {cell} num_splits {s}: max abs difference {diff} from one split", file=sys.stderr)
                 mismatches += 1
-            row[f"s{s}"] = rate(call, f"num_splits={s}")
+            row[f"s{s}"] = rate(timer, call, gb, f"{cell} num_splits={s}")
         measured = {s: row[f"s{s}"] for s in SPLITS if row[f"s{s}"] == row[f"s{s}"]}
         best = max(measured, key=measured.get) if measured else 0
         row["best"] = best
