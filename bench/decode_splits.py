@@ -30,7 +30,7 @@ SPLITS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 HEADS, HEADS_KV = 32, 8
 
 
-def key_blocks(fa3jit, seqlens, batch, seqlen_k):
+def key_blocks(seqlens, batch, seqlen_k):
     """Key blocks of one sequence in the kernel the call runs: block_n from the library's plan of the call
     (fa3jit_attention_plan, num_splits 1), so the tile table is not restated here."""
     from fa3jit import _capi
@@ -80,7 +80,7 @@ def main():
                                                                                causal=True), gb, f"{cell} heuristic")
         row["fa3"] = rate(timer, lambda: fa3_call(q, k, v, seqlens), gb, f"{cell} FA3") if fa3_call else float("nan")
         row["cudnn"] = rate(timer, bench_decode.sdpa_call(torch, q, k, v, "view"), gb, f"{cell} cuDNN")
-        n_blocks = key_blocks(fa3jit, seqlens, batch, seqlen_k)
+        n_blocks = key_blocks(seqlens, batch, seqlen_k)
         for s in SPLITS:
             if s > n_blocks:
                 row[f"s{s}"] = float("nan")
