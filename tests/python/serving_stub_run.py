@@ -62,6 +62,7 @@ def _plan(runtime, kernel, address, plan):
 attention._bind_torch()
 attention._attention_forward = _forward
 _capi.library().fa3jit_attention_workspace_size = _workspace_size
+_library_plan = _capi.library().fa3jit_attention_plan  # the library's own, for the empty-problem checks below
 _capi.library().fa3jit_attention_plan = _plan
 
 bf = torch.bfloat16
@@ -440,5 +441,28 @@ expect(ValueError, ["scheduler_metadata is on cuda:1"], kvcache, qd, kp, vp, use
        scheduler_metadata=Tensor((2,), i32, device="cuda:1"))
 expect(ValueError, ["scheduler_metadata holds (num_splits, pack_gqa) = (0, 1)"], kvcache, qd, kp, vp, used, table,
        scheduler_metadata=tensor_of([0, 1], i32))
+
+# ---- numbers the C fields cannot hold, and empty problems of shapes no call could run ------------------------------
+# ctypes and struct would keep the low bits or raise struct.error: each is a ValueError naming the argument.
+for kwargs, needle in (({"num_splits": 2**40}, "num_splits is 1099511627776; expected an integer in [-2147483648, "),
+                       ({"window_size": (2**70, 0)}, "window_left is 1180591620717411303424; expected an integer in"),
+                       ({"softcap": 1e300}, "softcap is 1e+300; expected 0.0 (off) or a positive float up to")):
+    expect(ValueError, [needle], fa3jit.flash_attn_varlen_func, q, k, v, cu_q, cu_k, 239, 400, **kwargs)
+expect(ValueError, ["max_seqlen_q is 1180591620717411303424; expected an integer in"], fa3jit.flash_attn_varlen_func,
+       q, k, v, cu_q, cu_k, 2**70, 400)
+# flash_attn_func with no key (or no query) computes nothing, but its shapes are still checked by the library's rules.
+_capi.library().fa3jit_attention_plan = _library_plan
+try:
+    bf = torch.bfloat16
+    out = fa3jit.flash_attn_func(Tensor((2, 128, 4, 64), bf), Tensor((2, 0, 4, 64), bf), Tensor((2, 0, 4, 64), bf))
+    assert out.shape == (2, 128, 4, 64)
+    for q_shape, k_shape, needle in (((2, 128, 3, 64), (2, 0, 2, 64), "num_heads = 3 is not a multiple of num_heads_kv = 2"),
+                                     ((2, 128, 4, 7), (2, 0, 4, 7), "head_dim = 7 is not supported"),
+                                     ((2, 128, 4, 64), (2, 0, 0, 64), "num_heads_kv = 0 is not allowed"),
+                                     ((0, 128, 3, 64), (0, 5, 2, 64), "num_heads = 3 is not a multiple")):
+        expect(ValueError, [needle], fa3jit.flash_attn_func, Tensor(q_shape, bf), Tensor(k_shape, bf),
+               Tensor(k_shape, bf))
+finally:
+    _capi.library().fa3jit_attention_plan = _plan
 
 print("ok")

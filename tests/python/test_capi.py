@@ -263,6 +263,52 @@ def test_quant_blocks_argument_errors():
         fa3jit.fp8_quant_blocks(128, kernel="not a kernel")
 
 
+@pytest.mark.parametrize("struct_type, field, value", [
+    (_capi.ForwardParams, "head_dim", 2**64 + 64),    # int64: ctypes would keep 64
+    (_capi.ForwardParams, "num_splits", 2**32 + 2),   # int32: would be 2
+    (_capi.ForwardParams, "num_splits", -2**31 - 1),
+    (_capi.QuantizeParams, "q_block_rows", 2**32 + 128),
+    (_capi.Tensor, "data", -1),                       # a pointer holds no negative address
+    (_capi.CallPlan, "workspace_bytes", 2**64),
+])
+def test_struct_fields_refuse_integers_they_cannot_hold(struct_type, field, value):
+    # ctypes keeps the low bits of an integer too large for its field: the library would read a plausible value.
+    with pytest.raises(ValueError, match=rf"^{field} is {value}; expected an integer in \["):
+        struct_type(**{field: value})
+    params = struct_type()
+    with pytest.raises(ValueError, match=rf"^{field} is {value}; "):
+        setattr(params, field, value)
+    if "__init__" not in vars(struct_type):  # positionally, as ctypes allows (the structs with defaults take keywords)
+        fields = [name for name, _ in struct_type._fields_]
+        with pytest.raises(ValueError, match=rf"^{field} is {value}; "):
+            struct_type(*([0] * fields.index(field) + [value]))
+    # The edges of each range are accepted and read back as given.
+    lowest, highest = _capi._int_bounds(dict(struct_type._fields_)[field])
+    for edge in (lowest, highest):
+        assert getattr(struct_type(**{field: edge}), field) in (edge, None if edge == 0 else edge)
+
+
+def test_quant_blocks_refuse_a_head_dim_beyond_int64():
+    with pytest.raises(ValueError, match=r"^head_dim is 18446744073709551744; expected an integer in"):
+        _capi.quant_blocks(2**64 + 128)
+    with pytest.raises(ValueError, match=r"^head_dim is 18446744073709551744; "):
+        fa3jit.fp8_quant_blocks(2**64 + 128)
+    with pytest.raises(ValueError, match=r"^head_dim_v is 1180591620717411303424; "):
+        fa3jit.fp8_quant_blocks(128, head_dim_v=2**70)
+
+
+def test_strings_with_a_nul_character_are_refused_by_name(runtime, tmp_path):
+    # A C string ends at the NUL: the rest of the spec or path would be dropped without a word.
+    with pytest.raises(ValueError, match=r"^spec contains a NUL character \(at byte 33\)"):
+        runtime.compile_spec('{"dtype": "bf16", "head_dim": 64}\0{"head_dim": 256}')
+    with pytest.raises(ValueError, match=r"^manifest contains a NUL character"):
+        runtime.warm_manifest('{"kind": "serving_manifest"}\0')
+    with pytest.raises(ValueError, match=r"^cache_dir contains a NUL character"):
+        _capi.Runtime(str(tmp_path) + "\0/elsewhere")
+    with pytest.raises(ValueError, match=r"^spec contains a NUL character"):
+        fa3jit.Kernel('{"dtype": "bf16", "head_dim": 64}\0')
+
+
 def test_forward_with_null_runtime_or_params_is_refused(runtime):
     lib = _capi.library()
     params = _params()

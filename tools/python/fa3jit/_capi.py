@@ -103,7 +103,56 @@ class LibraryNotFoundError(RuntimeError):
 
 # ---- structs (fa3jit.h) ---------------------------------------------------------------------------------
 
-class Tensor(ctypes.Structure):
+def _int_bounds(ctype: Any) -> Tuple[int, int]:
+    """[lowest, highest] integer a ctypes integer or pointer type holds."""
+    bits = 8 * ctypes.sizeof(ctype)
+    if ctype is ctypes.c_void_p or ctype(-1).value > 0:
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def check_int(name: str, value: Any, ctype: Any) -> None:
+    """ValueError naming `name` when the int `value` does not fit the C integer (or pointer) type `ctype`: ctypes
+    would keep its low bits, and the library would read a plausible value that no check could tell from a real
+    one (2**32 + 128 as an int32 is 128)."""
+    lowest, highest = _int_bounds(ctype)
+    if not lowest <= value <= highest:
+        raise ValueError(f"{name} is {value!r}; expected an integer in [{lowest}, {highest}] (the range of its C "
+                         f"type in fa3jit.h)")
+
+
+class _CheckedStructure(ctypes.Structure):
+    """A ctypes struct whose integer and pointer fields refuse values they cannot hold. ctypes itself keeps the low
+    bits, so 2**32 + 128 given to an int32 field would reach the library as 128: a plausible value that no check
+    downstream could tell from a real one. Raises ValueError naming the field."""
+
+    def __init__(self, *values: Any, **fields: Any):
+        for (name, _), value in zip(self._fields_, values):
+            self._check(name, value)
+        for name, value in fields.items():
+            self._check(name, value)
+        super().__init__(*values, **fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._check(name, value)
+        super().__setattr__(name, value)
+
+    @classmethod
+    def _check(cls, name: str, value: Any) -> None:
+        if not isinstance(value, int):
+            return  # nested structs, strings, floats: ctypes checks their types itself
+        ctype = dict(cls._fields_).get(name)
+        if ctype is not None and issubclass(ctype, ctypes._SimpleCData) and ctype._type_ in "bBhHiIlLqQnNP":
+            check_int(name, value, ctype)
+
+    @classmethod
+    def check_fields(cls, **fields: Any) -> None:
+        """Each named value against its field (ValueError for the first that does not fit)."""
+        for name, value in fields.items():
+            cls._check(name, value)
+
+
+class Tensor(_CheckedStructure):
     """fa3jit_tensor: device pointer and the batch/seq/head strides in elements (the dim axis has stride 1)."""
     _fields_ = [
         ("data", ctypes.c_void_p),
@@ -113,14 +162,14 @@ class Tensor(ctypes.Structure):
     ]
 
 
-class RuntimeOptions(ctypes.Structure):
+class RuntimeOptions(_CheckedStructure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("cache_dir", ctypes.c_char_p),
     ]
 
 
-class Scale(ctypes.Structure):
+class Scale(_CheckedStructure):
     """fa3jit_scale: fp32 descales of one e4m3 input, data[batch * stride_batch + head * stride_head + i]
     (strides in elements; fa3jit.h gives the shapes per quant)."""
     _fields_ = [
@@ -130,7 +179,7 @@ class Scale(ctypes.Structure):
     ]
 
 
-class ForwardParams(ctypes.Structure):
+class ForwardParams(_CheckedStructure):
     """fa3jit_forward_params. Built with keywords; struct_size defaults to this struct's size and out_dtype to
     DTYPE_DEFAULT, as fa3jit_forward_params_init sets them."""
     _fields_ = [
@@ -243,7 +292,7 @@ if WORKSPACE_OFFSET + WORKSPACE_STRUCT.size != ForwardParams.out_dtype.offset:
     raise ImportError("fa3jit: WORKSPACE_STRUCT does not cover ForwardParams.workspace .. workspace_bytes")
 
 
-class QuantizeParams(ctypes.Structure):
+class QuantizeParams(_CheckedStructure):
     """fa3jit_quantize_params (the FP8 pre-pass, fa3jit_quantize_fp8). Built with keywords; struct_size defaults
     to this struct's size and hadamard to 1, as fa3jit_quantize_params_init sets them."""
     _fields_ = [
@@ -285,7 +334,7 @@ class QuantizeParams(ctypes.Structure):
         super().__init__(**fields)
 
 
-class CallPlan(ctypes.Structure):
+class CallPlan(_CheckedStructure):
     """fa3jit_call_plan: how a call runs (fa3jit_attention_plan)."""
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -301,7 +350,7 @@ class CallPlan(ctypes.Structure):
         super().__init__(**fields)
 
 
-class KernelInfo(ctypes.Structure):
+class KernelInfo(_CheckedStructure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("key", ctypes.c_char * KEY_CAPACITY),
@@ -554,12 +603,23 @@ def quant_blocks(head_dim: int, causal: bool = False, kernel: Optional["Kernel"]
     k_descale entry of per-block e4m3 descales, for `kernel` when given, else for the tile table's e4m3 kernel
     of (head_dim, causal). Needs no GPU (and no torch). Raises Fa3jitValueError for a head_dim that e4m3 does
     not support, ValueError for a closed kernel."""
+    check_int("head_dim", int(head_dim), ctypes.c_int64)
     block_m, block_n = ctypes.c_int32(), ctypes.c_int32()
     status = library().fa3jit_attention_quant_blocks(None if kernel is None else kernel.handle, int(head_dim),
                                                      1 if causal else 0, ctypes.byref(block_m),
                                                      ctypes.byref(block_n))
     check(status, "fa3jit_attention_quant_blocks")
     return block_m.value, block_n.value
+
+
+def c_string(text: Union[str, bytes], name: str) -> bytes:
+    """text as the bytes of a C string; ValueError naming `name` when it holds a NUL character, where the library
+    would stop reading (the rest silently dropped)."""
+    data = text if isinstance(text, bytes) else text.encode()
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ValueError(f"{name} contains a NUL character (at byte {nul}); a C string ends there")
+    return data
 
 
 def spec_text(spec: Spec) -> str:
@@ -580,7 +640,7 @@ class Runtime:
     def __init__(self, cache_dir: Optional[Union[str, os.PathLike]] = None) -> None:
         lib = library()
         options = RuntimeOptions(ctypes.sizeof(RuntimeOptions),
-                                 None if cache_dir is None else os.fsencode(cache_dir))
+                                 None if cache_dir is None else c_string(os.fsencode(cache_dir), "cache_dir"))
         handle = ctypes.c_void_p()
         check(lib.fa3jit_runtime_create(ctypes.byref(options), ctypes.byref(handle)), "fa3jit_runtime_create")
         self._handle: Optional[int] = handle.value
@@ -614,7 +674,7 @@ class Runtime:
         Returns KernelInfo.as_dict(). Raises Fa3jitValueError for a bad spec, Fa3jitRuntimeError when NVRTC
         or the cache fails."""
         info = KernelInfo()
-        status = self._lib.fa3jit_compile_spec(self.handle, spec_text(spec).encode(), ctypes.byref(info))
+        status = self._lib.fa3jit_compile_spec(self.handle, c_string(spec_text(spec), "spec"), ctypes.byref(info))
         check(status, "fa3jit_compile_spec")
         return info.as_dict()
 
@@ -623,7 +683,8 @@ class Runtime:
         cache; blocks while it compiles; returns how many kernels were not cached yet. Needs no GPU. Raises
         Fa3jitValueError for a bad manifest naming the field, Fa3jitRuntimeError when NVRTC or the cache fails."""
         compiled = ctypes.c_size_t(0)
-        status = self._lib.fa3jit_warm_manifest(self.handle, spec_text(manifest).encode(), ctypes.byref(compiled))
+        status = self._lib.fa3jit_warm_manifest(self.handle, c_string(spec_text(manifest), "manifest"),
+                                                ctypes.byref(compiled))
         check(status, "fa3jit_warm_manifest")
         return compiled.value
 
@@ -669,7 +730,7 @@ class Kernel:
         self.runtime = runtime if runtime is not None else _process_runtime()
         self._lib = self.runtime._lib
         handle = ctypes.c_void_p()
-        status = self._lib.fa3jit_kernel_create(self.runtime.handle, self.spec.encode(), ctypes.byref(handle))
+        status = self._lib.fa3jit_kernel_create(self.runtime.handle, c_string(self.spec, "spec"), ctypes.byref(handle))
         check(status, "fa3jit_kernel_create")
         self._handle: Optional[int] = handle.value
         # A d_major kernel reads v transposed (fa3jit.v_to_d_major): flash_attn_func reads v's shape by it. The

@@ -556,6 +556,15 @@ def flash_attn_func(q: TensorLike, k: TensorLike, v: TensorLike, softmax_scale: 
     else:
         lse, lse_ptr = None, 0
     if seqlen_k == 0 or batch * seqlen_q * num_heads * head_dim_v == 0:
+        # Nothing to compute, but shapes no call with data could run (a head dim without a kernel, num_heads not a
+        # multiple of num_heads_kv, ...) are still errors: the library's rules on the same shapes, each empty extent
+        # taken as 1 (fa3jit_attention_plan; num_splits 1, so no driver is asked).
+        _capi.plan(_capi.ForwardParams(dtype=dtype_code, quant=scale_fields[0] if fp8 else _capi.QUANT_NONE,
+                                       causal=1 if causal else 0, batch=max(batch, 1), seqlen_q=max(seqlen_q, 1),
+                                       seqlen_k=max(seqlen_k, 1), num_heads=num_heads or num_heads_kv,
+                                       num_heads_kv=num_heads_kv, head_dim=head_dim, head_dim_v=head_dim_v,
+                                       v_layout=_capi.V_LAYOUT_D_MAJOR if v_d_major else _capi.V_LAYOUT_SEQ_MAJOR),
+                   kernel)
         return _degenerate(out, lse, return_lse)
 
     if kernel is None:

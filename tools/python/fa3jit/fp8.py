@@ -66,6 +66,9 @@ def _check_block(value: Any, name: str) -> int:
     if value < 1:
         raise ValueError(f"{name} is {value}; expected a multiple of 16 in [16, 256], the attention kernel's tile "
                          f"(None = fa3jit.fp8_quant_blocks(head_dim))")
+    # Above int32 ctypes would pass the library the low bits (a plausible block size) while the descales are sized
+    # by the value given; the library checks the rest of the rule (its field: fa3jit_quantize_params.q_block_rows).
+    _capi.check_int(name, value, ctypes.c_int32)
     return value
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
 import threading
 from typing import Any, Optional, Tuple, Union
 
@@ -30,6 +31,7 @@ from . import attention as _attention
 
 _pack_params = _capi.PARAMS_SERVING_CALL_STRUCT.pack_into
 _pack_workspace = _capi.WORKSPACE_STRUCT.pack_into
+_FLOAT32_MAX = _attention._FLOAT32_MAX
 _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
 _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
 # Elements of get_scheduler_metadata's tensor: (num_splits, pack_gqa).
@@ -394,9 +396,9 @@ def _checked_variant(window_size: Any, softcap: Any, sinks: Any, num_heads: int,
         if isinstance(value, bool) or not isinstance(value, int) or value < -1:
             raise ValueError(f"{side} is {value!r}; expected -1 (unbounded) or a number of keys >= 0")
     variant.window_left, variant.window_right = left, right
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not softcap >= 0 or \
-            not math.isfinite(softcap):
-        raise ValueError(f"softcap is {softcap!r}; expected 0.0 (off) or a positive finite float")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not 0 <= softcap <= _FLOAT32_MAX:
+        raise ValueError(f"softcap is {softcap!r}; expected 0.0 (off) or a positive float up to {_FLOAT32_MAX} "
+                         f"(a float32)")
     variant.softcap = float(softcap)
     if sinks is not None:
         sinks = _tensor(sinks, "sinks")
@@ -465,14 +467,21 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
         params, address, size, size_ref, workspaces = _local.params
     except AttributeError:
         params, address, size, size_ref, workspaces = _thread_params()
-    _pack_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
-                 batch, seqlen_q, kv.seqlen_k, num_heads, kv.num_heads_kv, head_dim, kv.head_dim_v,
-                 q.data_ptr(), *q_strides, k.data_ptr(), *kv.k_strides, v.data_ptr(), *kv.v_strides,
-                 out.data_ptr(), *o_strides, _ptr(lse), scale, 0, 0, *fp8_fields,
-                 _ptr(cu_seqlens_q), max_seqlen_q, _ptr(kv.cu_seqlens_k), max_seqlen_k, _ptr(kv.seqused_k),
-                 _ptr(kv.page_table), kv.page_table_stride, kv.max_pages, kv.num_pages, kv.page_size,
-                 num_splits, pack_gqa, variant.window_left, variant.window_right, variant.softcap,
-                 _ptr(variant.sinks))
+    try:
+        _pack_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
+                     batch, seqlen_q, kv.seqlen_k, num_heads, kv.num_heads_kv, head_dim, kv.head_dim_v,
+                     q.data_ptr(), *q_strides, k.data_ptr(), *kv.k_strides, v.data_ptr(), *kv.v_strides,
+                     out.data_ptr(), *o_strides, _ptr(lse), scale, 0, 0, *fp8_fields,
+                     _ptr(cu_seqlens_q), max_seqlen_q, _ptr(kv.cu_seqlens_k), max_seqlen_k, _ptr(kv.seqused_k),
+                     _ptr(kv.page_table), kv.page_table_stride, kv.max_pages, kv.num_pages, kv.page_size,
+                     num_splits, pack_gqa, variant.window_left, variant.window_right, variant.softcap,
+                     _ptr(variant.sinks))
+    except (struct.error, OverflowError):
+        # What the caller gave as plain numbers (the rest comes from tensors, which fit): the first that its field
+        # of fa3jit_forward_params cannot hold, by name, instead of struct's message.
+        _capi.ForwardParams.check_fields(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_splits=num_splits,
+                                         window_left=variant.window_left, window_right=variant.window_right)
+        raise
     runtime_handle = _attention._runtime_handle or _attention._bind_runtime()
     switch = _attention._current_device is not None and _attention._current_device() != device
     context = torch.cuda.device(device) if switch else None
