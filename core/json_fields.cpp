@@ -22,6 +22,13 @@ constexpr size_t kShowChars = 60;
 // Deeper than any value show() spells out; a deeper part is written as "[...]" or "{...}".
 constexpr int kShowDepth = 8;
 
+// The longest prefix of `text` of at most `max` bytes that does not end inside a UTF-8 character.
+size_t utf8_cut(const std::string& text, size_t max) {
+  if (max >= text.size()) return text.size();
+  while (max > 0 && (static_cast<unsigned char>(text[max]) & 0xC0) == 0x80) --max;
+  return max;
+}
+
 // Appends `value` to `out` in JSON syntax, stopping soon after `out` holds kShowChars characters: a huge or
 // deeply nested value costs a bounded amount of work and stack (values built in code are not depth-checked).
 void show_into(const json& value, std::string& out, int depth) {
@@ -37,15 +44,17 @@ void show_into(const json& value, std::string& out, int depth) {
       if (!first) out += ',';
       first = false;
       if (value.is_object()) {
-        show_into(json(it.key().substr(0, kShowChars)), out, depth + 1);
+        show_into(json(it.key().substr(0, utf8_cut(it.key(), kShowChars))), out, depth + 1);
         out += ':';
       }
       show_into(*it, out, depth + 1);
     }
     out += value.is_object() ? '}' : ']';
   } else if (value.is_string() && value.get_ref<const json::string_t&>().size() > kShowChars) {
-    show_into(json(value.get_ref<const json::string_t&>().substr(0, kShowChars)), out, depth);
+    const json::string_t& s = value.get_ref<const json::string_t&>();
+    show_into(json(s.substr(0, utf8_cut(s, kShowChars))), out, depth);
   } else {
+    // dump() escapes control characters and NUL (\u0000), which would otherwise garble or cut a message.
     // `replace`: a string built in code may hold invalid UTF-8, which the default dump() throws on.
     out += value.dump(-1, ' ', false, json::error_handler_t::replace);
   }
@@ -58,7 +67,17 @@ void fail(const std::string& message) { throw Error(ErrorCode::kInvalidSpec, mes
 std::string show(const json& value) {
   std::string text;
   show_into(value, text, 0);
-  if (text.size() > kShowChars) text = text.substr(0, kShowChars - 3) + "...";
+  if (text.size() > kShowChars) {
+    // Cut neither inside a UTF-8 character nor inside an escape (\n, \u0000): in JSON text each backslash starts one.
+    size_t cut = utf8_cut(text, kShowChars - 3);
+    for (size_t i = 0; i < cut; ++i) {
+      if (text[i] != '\\') continue;
+      const size_t end = i + (text[i + 1] == 'u' ? 6 : 2);
+      if (end > cut) cut = i;
+      i = end - 1;
+    }
+    text = text.substr(0, cut) + "...";
+  }
   return text;
 }
 

@@ -21,8 +21,10 @@ inline constexpr int64_t kMaxFileBytes = int64_t{1} << 20;
 
 [[noreturn]] void fail(const std::string& message);
 
-/// The value as the user wrote it, shortened to 60 characters so a huge value does not flood a message. Bounded
-/// work and stack for any value, however large or deep.
+/// The value as the user wrote it, for a message: JSON syntax with control characters and NUL escaped ("\u0000"),
+/// shortened to 60 characters so a huge value does not flood a message, cut at a character boundary and marked
+/// "...". Bounded work and stack for any value, however large or deep. Every message that echoes a user's value
+/// (a spec field, a sweep value, a "kind", a command-line value) renders it with this: show(json(text)) for text.
 std::string show(const json& value);
 
 /// "parent.key", or "key" at the top level.

@@ -487,8 +487,8 @@ struct CubinCache::Slot {
 CubinCache::CubinCache(std::string dir, CacheOpen open) : dir_(dir.empty() ? default_cache_dir() : std::move(dir)) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   if (dir_.empty()) {
-    log(LogLevel::kWarn,
-        "no cache directory (FA3JIT_CACHE_DIR, XDG_CACHE_HOME and HOME are unset); kernels are cached in memory only");
+    memory_only_why_ = "no cache directory (FA3JIT_CACHE_DIR, XDG_CACHE_HOME and HOME are unset)";
+    log(LogLevel::kWarn, memory_only_why_ + "; kernels are cached in memory only");
     return;
   }
   std::string why;
@@ -507,10 +507,9 @@ CubinCache::CubinCache(std::string dir, CacheOpen open) : dir_(dir.empty() ? def
   struct stat st {};
   if (writable && ::stat(dir_.c_str(), &st) == 0 &&
       (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
-    log(LogLevel::kWarn,
-        fmt::format("cache directory {} is owned by another user or writable by others (mode {:o}); kernels are "
-                    "cached in memory only",
-                    dir_, st.st_mode & 07777));
+    memory_only_why_ = fmt::format("cache directory {} is owned by another user or writable by others (mode {:o})",
+                                   dir_, st.st_mode & 07777);
+    log(LogLevel::kWarn, memory_only_why_ + "; kernels are cached in memory only");
     dir_.clear();  // neither read nor written
     return;
   }
@@ -535,8 +534,8 @@ CubinCache::CubinCache(std::string dir, CacheOpen open) : dir_(dir.empty() ? def
     }
   }
   if (!writable) {
-    log(LogLevel::kWarn,
-        fmt::format("cache directory {} is not writable ({}); kernels are cached in memory only", dir_, why));
+    memory_only_why_ = fmt::format("cache directory {} is not writable ({})", dir_, why);
+    log(LogLevel::kWarn, memory_only_why_ + "; kernels are cached in memory only");
     return;
   }
   persistent_ = true;

@@ -89,8 +89,12 @@ class CubinCache {
   /// Whether `key`'s entry file is on disk now (a writer that could not publish keeps the kernel in memory).
   bool stored(const std::string& key) const;
 
+  /// The directory in use; empty when there is none or it is not trusted (see memory_only_why()).
   const std::string& directory() const { return dir_; }
   bool persistent() const { return persistent_; }
+  /// Why the cache works from memory only, naming the directory ("cache directory D is not writable (...)"): what
+  /// the constructor warned. Empty when persistent, or when a kExisting directory does not exist.
+  const std::string& memory_only_why() const { return memory_only_why_; }
   /// False when the directory did not exist and was not created (CacheOpen::kExisting), or could not be.
   bool exists() const { return exists_; }
 
@@ -99,6 +103,7 @@ class CubinCache {
   std::string dir_;
   bool persistent_ = false;
   bool exists_ = false;
+  std::string memory_only_why_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
   std::atomic<int64_t> compile_lock_wait_ms_{60000};  // read by get_or_compile on any thread

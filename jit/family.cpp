@@ -56,9 +56,9 @@ const KernelFamily& find_family(std::string_view kind) {
     if (f.kind == kind) return f;
   std::vector<std::string> known;
   for (const KernelFamily& f : r.families) known.push_back(fmt::format("\"{}\"", f.kind));
-  throw Error(ErrorCode::kInvalidSpec, fmt::format("spec field \"kind\": \"{}\" is not a kernel family; expected one "
-                                                   "of {}",
-                                                   kind, fmt::join(known, ", ")));
+  throw Error(ErrorCode::kInvalidSpec, fmt::format("spec field \"kind\": {} is not a kernel family; expected one of {}",
+                                                   json_fields::show(nlohmann::json(std::string(kind))),
+                                                   fmt::join(known, ", ")));
 }
 
 SpecDocument split_spec_document(const nlohmann::json& doc) {

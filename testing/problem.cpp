@@ -45,9 +45,9 @@ Problem read_problem(const nlohmann::json& value) {
 AttentionCase attention_case_from_json(const nlohmann::json& doc) {
   const SpecDocument d = split_spec_document(doc);
   if (d.kind != attention_fwd::kKind)
-    throw Error(ErrorCode::kInvalidSpec, fmt::format("spec field \"kind\": \"{}\" cannot be run by this command; it "
+    throw Error(ErrorCode::kInvalidSpec, fmt::format("spec field \"kind\": {} cannot be run by this command; it "
                                                      "runs \"{}\" specs",
-                                                     d.kind, attention_fwd::kKind));
+                                                     json_fields::show(nlohmann::json(d.kind)), attention_fwd::kKind));
   AttentionCase c;
   c.spec = attention_fwd::parse_spec(d.spec);
   if (d.problem) c.problem = read_problem(*d.problem);

@@ -167,6 +167,12 @@ std::vector<RowIndex> sample_rows(int64_t batch, int64_t num_heads, int64_t seql
   if (block_m <= 0) {
     throw Error(ErrorCode::kInvalidArgument, fmt::format("sample_rows: block_m {} must be > 0", block_m));
   }
+  // As many draws as the problem has rows, or more, would be mostly duplicates (--rows allows 10^8 on any
+  // problem): every row is checked instead, and the work is at most the problem's row count.
+  int64_t total = 0;
+  if (!__builtin_mul_overflow(batch, num_heads, &total) && !__builtin_mul_overflow(total, seqlen_q, &total) &&
+      random_rows >= total)
+    return all_rows(batch, num_heads, seqlen_q);
   std::vector<RowIndex> rows;
   std::mt19937_64 gen(splitmix64(seed));
   std::uniform_int_distribution<int64_t> pick_b(0, batch - 1), pick_h(0, num_heads - 1),

@@ -58,6 +58,7 @@ std::vector<RowIndex> all_rows(int64_t batch, int64_t num_heads, int64_t seqlen_
 /// The CLI's sample: `random_rows` uniformly random rows (with replacement, then de-duplicated) plus every
 /// row of the first and the last block of `block_m` query rows of the last head of the last batch (the
 /// m-blocks where boundary and masking bugs show). Sorted by (batch, head, row); deterministic by seed.
+/// `random_rows` at least the problem's row count gives every row (all_rows): the work never exceeds the row count.
 std::vector<RowIndex> sample_rows(int64_t batch, int64_t num_heads, int64_t seqlen_q, int64_t block_m,
                                   int64_t random_rows, uint64_t seed);
 

@@ -66,7 +66,7 @@ Model read_model(const json& m, const std::string& path) {
   model.name = m.contains("name") ? jf::read_string(m.at("name"), field("name"), "a string") : path;
   const std::string dtype = jf::read_string(required("dtype"), field("dtype"), allowed_dtypes());
   if (!dtype_from_name(dtype, model.dtype) || !supports_dtype(model.dtype))
-    invalid(fmt::format("manifest field \"{}\": \"{}\" is not allowed; expected {}", field("dtype"), dtype,
+    invalid(fmt::format("manifest field \"{}\": {} is not allowed; expected {}", field("dtype"), jf::show(json(dtype)),
                         allowed_dtypes()));
   const std::string dims = allowed_head_dims(model.dtype);
   model.head_dim = jf::read_int(required("head_dim"), field("head_dim"), 1, 4096, dims);
@@ -101,9 +101,8 @@ Model read_model(const json& m, const std::string& path) {
     } else if (layout == "dense") {
       model.kv.push_back(KvLayout::kDense);
     } else {
-      invalid(fmt::format("manifest field \"{}\": \"{}\" is not allowed; expected \"packed\", \"paged\" or "
-                          "\"dense\"",
-                          p, layout));
+      invalid(fmt::format("manifest field \"{}\": {} is not allowed; expected \"packed\", \"paged\" or \"dense\"", p,
+                          jf::show(json(layout))));
     }
   }
   const bool paged = std::find(model.kv.begin(), model.kv.end(), KvLayout::kPaged) != model.kv.end();

@@ -48,6 +48,17 @@ with open(w + "/nul.json", "wb") as f:
     f.write(b'{"dtype": "bf16", "head_dim": 64}\0{"head_dim": 256}')
 with open(w + "/dup_sweep.json", "w") as f:
     f.write('{"base": {"dtype": "bf16", "head_dim": 64}, "sweep": {"stages": [2]}, "sweep": {"stages": [3]}}')
+with open(w + "/sweep.json", "w") as f:
+    f.write('{"base": {"dtype": "bf16", "head_dim": 64}, "sweep": {"stages": [2], "pingpong": [false]}}')
+# Values echoed in messages: a NUL, a 900 KB string, a long multi-byte string cut at 60 characters.
+with open(w + "/nul_kind.json", "w") as f:
+    f.write('{"kind": "attention_fwd\\u0000x", "dtype": "bf16", "head_dim": 64}')
+with open(w + "/huge_kind.json", "w") as f:
+    f.write('{"kind": "' + "k" * 900000 + '\\n", "dtype": "bf16", "head_dim": 64}')
+with open(w + "/huge_sweep.json", "w") as f:
+    f.write('{"base": {"dtype": "bf16", "head_dim": 64}, "sweep": {"stages": "' + "s" * 900000 + '"}}')
+with open(w + "/utf8.json", "w", encoding="utf-8") as f:
+    f.write('{"dtype": "a' + "\u00e9" * 100 + '", "head_dim": 64}')
 EOF
 mkfifo "$work/fifo.json"  # no writer: opening it for reading blocks unless done without blocking
 
@@ -80,6 +91,23 @@ expect 2 '"version" must be 1' "$fa3jit" tune show --db "$work/v2-db.json"
 expect 0 'missing-db.json: 0 records' "$fa3jit" tune show --db "$work/missing-db.json"
 [[ -e "$work/missing-db.json" ]] && fail "tune show created $work/missing-db.json"
 expect 2 'heatmap-axes' "$fa3jit" tune "$work/dup_sweep.json" --heatmap-axes a,b,c
+# --heatmap-axes is checked against the sweep's keys before anything compiles (with or without a GPU).
+expect 2 '^fa3jit: error: --heatmap-axes: "nosuch" is not a key of the sweep; allowed: "pingpong", "stages"$' \
+  "$fa3jit" tune "$work/sweep.json" --cache-dir "$work/tune" --heatmap-axes nosuch,alsono
+out=$("$fa3jit" tune "$work/sweep.json" --cache-dir "$work/tune" --heatmap-axes stages,nosuch 2>&1)
+grep -q 'compil' <<<"$out" && fail "tune compiled before checking --heatmap-axes: $out"
+expect 2 '--heatmap-axes: "stages" is given twice' "$fa3jit" tune "$work/sweep.json" --cache-dir "$work/tune" --heatmap-axes stages,stages
+# A value echoed in a message: NUL escaped, not a cut; a huge one shortened; a cut never splits a character.
+expect 2 'nul_kind.json: spec field "kind": "attention_fwd\\u0000x" is not a kernel family; expected one of' \
+  "$fa3jit" emit "$work/nul_kind.json"
+expect 2 'huge_kind.json: spec field "kind": "k{56}\.\.\. is not a kernel family' "$fa3jit" emit "$work/huge_kind.json"
+out=$("$fa3jit" emit "$work/huge_kind.json" 2>&1)
+((${#out} < 300)) || fail "a 900 KB kind was echoed in a message of ${#out} bytes"
+expect 2 'sweep.stages must be a non-empty list of values, got "s{56}\.\.\.$' "$fa3jit" tune "$work/huge_sweep.json"
+out=$("$fa3jit" emit "$work/utf8.json" 2>&1)
+python3 -c 'import sys; sys.stdin.buffer.read().decode("utf-8")' <<<"$out" 2>/dev/null ||
+  fail "a long multi-byte value was cut inside a character: $out"
+grep -q '"a\(é\)\{27\}\.\.\. is not allowed' <<<"$out" || fail "utf8.json: unexpected message: $out"
 expect 2 '--seed: "-5" is not allowed' "$fa3jit" bench "$spec" --seed -5
 expect 2 'cannot write the kernel source to stdout' sh -c "'$fa3jit' emit '$spec' > /dev/full"
 expect 2 'fa3jit: error: cannot write to standard output' sh -c "'$fa3jit' cache list > /dev/full"
@@ -113,12 +141,35 @@ touch -d '-2 hours' "$FA3JIT_CACHE_DIR/.tmp-notes"
  expect 0 'could not start 1 of the 2 worker threads' "$fa3jit" cache warm "$spec" "$root/configs/fp16_d64.json" -j 2
  exit $failures) || failures=$((failures + $?))
 [[ -e "$orphan" ]] && fail "the publish left the dead writer's temp file $orphan"
+# An entry of a warmed directory whose status cannot be read (a symlink loop) is an error line; the rest is warmed.
+mkdir "$work/loop" && cp "$spec" "$work/loop/a.json" && ln -s loop.json "$work/loop/loop.json"
+expect 2 '1 kernel warmed into .*, 1 failed' "$fa3jit" cache warm "$work/loop"
+out=$("$fa3jit" cache warm "$work/loop" 2>&1)
+grep -q "^error $work/loop/loop.json: Too many levels of symbolic links$" <<<"$out" ||
+  fail "cache warm printed no error line for the symlink loop: $out"
+grep -q "^hit .*$work/loop/a.json$" <<<"$out" || fail "cache warm did not warm the rest of the directory: $out"
+# A --db named explicitly must be usable, before anything compiles.
+expect 2 '^fa3jit: error: --db: tuning database ".*/missing-db.json" does not exist$' \
+  "$fa3jit" cache warm "$spec" --db "$work/missing-db.json"
+expect 2 '^fa3jit: error: --db: tuning database ".*/torn-db.json": spec is not valid JSON' \
+  "$fa3jit" cache warm "$spec" --db "$work/torn-db.json"
+expect 2 '^fa3jit: error: --db: cannot read tuning database ".*/loop": it is a directory' \
+  "$fa3jit" cache warm "$spec" --db "$work/loop"
+out=$("$fa3jit" cache warm "$spec" --db "$work/missing-db.json" 2>&1)
+grep -q 'warmed' <<<"$out" && fail "cache warm compiled before checking --db: $out"
 expect 0 'removed 2 entries' "$fa3jit" cache clear
 [[ -e "$FA3JIT_CACHE_DIR/.tmp-notes" ]] || fail "cache clear removed a user's .tmp-notes"
 
 # 5. A cache that falls back to memory: warm says so and exits 2.
 mkdir "$work/shared" && chmod 777 "$work/shared"
 expect 2 'nothing was written to disk' "$fa3jit" cache warm "$spec" --cache-dir "$work/shared"
+# ... and cache list and clear name it and say why they did nothing; clear fails.
+touch "$work/shared/$key.cubin-entry"
+expect 2 "^fa3jit: error: cache clear: cache directory $work/shared is owned by another user or writable by others \(mode 777\); nothing was removed$" \
+  "$fa3jit" cache clear --cache-dir "$work/shared"
+[[ -e "$work/shared/$key.cubin-entry" ]] || fail "cache clear removed an entry of a directory it does not trust"
+expect 0 "^cache directory $work/shared is owned by another user or writable by others \(mode 777\); nothing is listed$" \
+  "$fa3jit" cache list --cache-dir "$work/shared"
 
 # 6. A kernel another process is compiling (its lock file held) is warmed after the others, then read or compiled.
 if command -v flock >/dev/null; then

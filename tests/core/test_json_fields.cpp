@@ -18,6 +18,7 @@
 
 using namespace fa3jit;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 using nlohmann::json;
 
 namespace {
@@ -99,6 +100,35 @@ TEST_CASE("show() is bounded for a value built in code, however deep or large", 
   CHECK(json_fields::show(json(std::string(100, 'x'))) == "\"" + std::string(56, 'x') + "...");
   // A string built in code with invalid UTF-8 is shown, not thrown on.
   CHECK_NOTHROW(json_fields::show(json(std::string("\xff\xfe"))));
+}
+
+TEST_CASE("show() escapes control characters and cuts a long value at a character boundary", "[json][hostile]") {
+  // NUL and control characters are escaped: a raw NUL ends a message where a C caller (what(), fa3jit_last_error)
+  // reads it, and a raw newline or escape sequence garbles a terminal.
+  CHECK(json_fields::show(json(std::string("a\0b\n\x1b", 5))) == R"("a\u0000b\n\u001b")");
+  // "a" then 100 x U+00E9 (2 bytes each): the cut at 57 bytes would split the 28th; the message stays valid UTF-8.
+  std::string accented = "a", shown = "\"a";
+  for (int i = 0; i < 100; ++i) accented += "\xc3\xa9";
+  for (int i = 0; i < 27; ++i) shown += "\xc3\xa9";
+  CHECK(json_fields::show(json(accented)) == shown + "...");
+  // Nor inside an escape: the cut at 57 bytes falls in the first "\u0000", which is left out whole.
+  CHECK(json_fields::show(json(std::string(54, 'x') + std::string(10, '\0'))) ==
+        "\"" + std::string(54, 'x') + "...");
+  // Keys are cut the same way.
+  CHECK(json_fields::show(json{{accented, 1}}) == "{" + shown + "...");
+}
+
+TEST_CASE("the family lookup echoes a kind escaped and shortened", "[json][hostile]") {
+  const Error nul = error_of([] { request_for(parse_spec_document(R"({"kind": "attention_fwd\u0000x"})")); });
+  CHECK(nul.code() == ErrorCode::kInvalidSpec);
+  CHECK_THAT(std::string(nul.what()),
+             StartsWith(R"(spec field "kind": "attention_fwd\u0000x" is not a kernel family; expected one of )") &&
+                 Contains("\"attention_fwd\""));
+  const std::string huge = std::string(900000, 'k') + "\n";
+  const Error big = error_of([&] { request_for(parse_spec_document(json{{"kind", huge}}.dump())); });
+  CHECK_THAT(std::string(big.what()),
+             StartsWith("spec field \"kind\": \"" + std::string(56, 'k') + "... is not a kernel family"));
+  CHECK(std::string(big.what()).size() < 200);
 }
 
 TEST_CASE("a number beyond a double is invalid_spec naming the field and the position", "[json][hostile]") {

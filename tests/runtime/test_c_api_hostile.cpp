@@ -73,6 +73,20 @@ TEST_CASE("C ABI: a number beyond a double is INVALID_SPEC naming the field", "[
   CHECK_THAT(fa3jit_last_error(), Contains("\"head_dim\"") && Contains("1e309") && Contains("column"));
 }
 
+TEST_CASE("C ABI: a value echoed in the last error is escaped and cut at a character boundary", "[capi][hostile]") {
+  fa3jit::test::TempDir cache;
+  RuntimeHandle h(cache.path);
+  CHECK(fa3jit_compile_spec(h.rt, R"({"kind": "attention_fwd\u0000x"})", nullptr) == FA3JIT_ERROR_INVALID_SPEC);
+  CHECK_THAT(fa3jit_last_error(), Contains(R"("kind": "attention_fwd\u0000x" is not a kernel family)"));
+  // "a" then 100 x U+00E9: cut before the 28th, whose two bytes the 60-character limit would split.
+  std::string accented = "a", shown = "\"a";
+  for (int i = 0; i < 100; ++i) accented += "\xc3\xa9";
+  for (int i = 0; i < 27; ++i) shown += "\xc3\xa9";
+  const std::string spec = R"({"head_dim": 64, "dtype": ")" + accented + "\"}";
+  CHECK(fa3jit_compile_spec(h.rt, spec.c_str(), nullptr) == FA3JIT_ERROR_INVALID_SPEC);
+  CHECK_THAT(fa3jit_last_error(), Contains("\"dtype\": " + shown + "... is not allowed"));
+}
+
 TEST_CASE("C ABI: every entry point refuses a handle that is not a live one", "[capi][hostile]") {
   // Zeroed memory stands for a destroyed handle (destroy overwrites the magic) or a wild pointer; reading a
   // really freed handle would be undefined behaviour in the test itself.

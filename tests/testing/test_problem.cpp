@@ -56,6 +56,9 @@ const std::vector<BadCase> kBadCases = {
     {"a family run cannot time",
      R"({"kind": "attention_combine", "out_dtype": "bf16", "head_dim_v": 128, "problem": {"seqlen_q": 8, "seqlen_k": 8, "num_heads": 8}})",
      {"\"kind\"", "attention_combine", "cannot be run"}},
+    {"a kind with a NUL, echoed escaped (a raw NUL would end the message there)",
+     R"({"kind": "attention_combine\u0000x", "out_dtype": "bf16", "head_dim_v": 128})",
+     {R"(spec field "kind": "attention_combine\u0000x" cannot be run by this command)"}},
 };
 
 }  // namespace

@@ -488,3 +488,13 @@ TEST_CASE("sample_rows covers the first and last m-block of the last head", "[re
   CHECK(rows != sample_rows(3, 4, 1000, 128, 200, 6));
   CHECK(sample_rows(1, 1, 5, 128, 0, 1).size() == 5);  // seqlen_q < block_m: both blocks are all rows
 }
+
+TEST_CASE("sample_rows does at most the problem's row count of work", "[reference]") {
+  // As many random rows as the problem has: every row, not draws with replacement (about 63% of them).
+  CHECK(sample_rows(1, 2, 1000, 128, 2000, 3) == all_rows(1, 2, 1000));
+  CHECK(sample_rows(2, 3, 50, 16, 1000, 3) == all_rows(2, 3, 50));
+  // One fewer is still a sample.
+  CHECK(sample_rows(1, 2, 1000, 128, 1999, 3).size() < 2000);
+  // --rows' maximum (10^8) on a tiny problem: its 5 rows, without drawing 10^8 rows (2.4 GB) first.
+  CHECK(sample_rows(1, 1, 5, 128, 100000000, 1) == all_rows(1, 1, 5));
+}

@@ -91,8 +91,12 @@ int cmd_compile(const GlobalOptions& global, const CompileOptions& options) {
 int cmd_cache_list(const GlobalOptions& global) {
   CubinCache cache(global.cache_dir, CacheOpen::kExisting);  // listing creates nothing
   const auto entries = cache.list();
-  fmt::print("cache directory {}{}\n", cache.directory(),
-             !cache.exists() ? " (does not exist)" : cache.persistent() ? "" : " (not writable: memory only)");
+  if (cache.directory().empty()) {  // none, or one the cache does not trust: nothing of it is read
+    fmt::print("{}; nothing is listed\n", cache.memory_only_why());
+  } else {
+    fmt::print("cache directory {}{}\n", cache.directory(),
+               !cache.exists() ? " (does not exist)" : cache.persistent() ? "" : " (not writable: memory only)");
+  }
   int64_t total = 0;
   for (const CacheEntryInfo& e : entries) {
     fmt::print("{}  {:>9} B  {}\n", e.key, e.bytes, e.kernel_name);
@@ -104,6 +108,9 @@ int cmd_cache_list(const GlobalOptions& global) {
 
 int cmd_cache_clear(const GlobalOptions& global) {
   CubinCache cache(global.cache_dir, CacheOpen::kExisting);  // nothing to clear in a missing directory
+  // A directory the cache does not trust or cannot write: its entries stay, which is an error, not "removed 0".
+  if (!cache.memory_only_why().empty())
+    throw Error(ErrorCode::kCacheError, fmt::format("cache clear: {}; nothing was removed", cache.memory_only_why()));
   const size_t removed = cache.clear();
   fmt::print("removed {} entr{} from {}\n", removed, removed == 1 ? "y" : "ies", cache.directory());
   return 0;

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "core/workers.h"
 #include "jit/driver.h"
 #include "jit/tune_db.h"
@@ -277,21 +278,36 @@ std::string slug(const std::string& s) {
   return out;
 }
 
-// The heat map of one class: the two axes with the most values (--heatmap-axes picks others), each cell the best
+// The axes --heatmap-axes names, as indices into `axes`; checked right after the sweep is read, so that a typo
+// costs no compile and no timing.
+std::vector<size_t> heatmap_axes(const std::vector<Axis>& axes, const std::vector<std::string>& wanted) {
+  std::vector<std::string> allowed;
+  for (const Axis& a : axes) allowed.push_back(json_fields::show(json(a.key)));
+  std::vector<size_t> shown;
+  for (const std::string& name : wanted) {
+    const auto it = std::find_if(axes.begin(), axes.end(), [&](const Axis& a) { return a.key == name; });
+    if (it == axes.end())
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--heatmap-axes: {} is not a key of the sweep; allowed: {}", json_fields::show(json(name)),
+                              allowed.empty() ? std::string("none (the sweep has no keys)")
+                                              : fmt::format("{}", fmt::join(allowed, ", "))));
+    const size_t index = static_cast<size_t>(it - axes.begin());
+    if (std::find(shown.begin(), shown.end(), index) != shown.end())
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--heatmap-axes: {} is given twice; name two different keys of the sweep",
+                              json_fields::show(json(name))));
+    shown.push_back(index);
+  }
+  return shown;
+}
+
+// The heat map of one class: the axes `wanted` (heatmap_axes), else the two with the most values, each cell the best
 // passing candidate over the remaining axes.
 std::optional<HeatMap> class_heat_map(const std::vector<Axis>& axes, const std::vector<Candidate>& candidates,
-                                      const std::string& kernel_class, const std::vector<std::string>& wanted,
+                                      const std::string& kernel_class, const std::vector<size_t>& wanted,
                                       const std::string& subtitle) {
-  std::vector<size_t> shown;
-  if (!wanted.empty()) {
-    for (const std::string& name : wanted) {
-      const auto it = std::find_if(axes.begin(), axes.end(), [&](const Axis& a) { return a.key == name; });
-      if (it == axes.end())
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("--heatmap-axes: \"{}\" is not a key of the sweep", name));
-      shown.push_back(static_cast<size_t>(it - axes.begin()));
-    }
-  } else {
+  std::vector<size_t> shown = wanted;
+  if (shown.empty()) {
     // The two axes with the most values (block_n x stages, say), ties in key order.
     std::vector<size_t> order;
     for (size_t a = 0; a < axes.size(); ++a)
@@ -341,6 +357,7 @@ std::string problem_text(const json& problem) {
 int cmd_tune(const GlobalOptions& global, const TuneOptions& options) {
   const json doc = read_sweep(options.sweep_path);
   const std::vector<Axis> axes = sweep_axes(doc["sweep"]);
+  const std::vector<size_t> shown_axes = heatmap_axes(axes, options.heatmap_axes);
   const bool gpu = testing::open_gpu(options.gpus.empty() ? 0 : options.gpus.front());
   if (gpu && !doc["base"].contains("problem")) {
     throw Error(ErrorCode::kInvalidSpec,
@@ -498,7 +515,7 @@ int cmd_tune(const GlobalOptions& global, const TuneOptions& options) {
   for (const TuneRecord& r : records) {
     const std::string subtitle = fmt::format("{} | {} ({} sms)", problem_text(r.problem), identity.device_name,
                                              identity.sm_count);
-    const std::optional<HeatMap> map = class_heat_map(axes, candidates, r.kernel_class, options.heatmap_axes, subtitle);
+    const std::optional<HeatMap> map = class_heat_map(axes, candidates, r.kernel_class, shown_axes, subtitle);
     if (!map) continue;
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);

@@ -19,20 +19,31 @@
 #include "core/workers.h"
 #include "jit/cubin_cache.h"
 #include "jit/family.h"
+#include "jit/tune_db.h"
 #include "kernels/attention_fwd/manifest.h"
 #include "tools/cli/commands.h"
 
 namespace fa3jit::cli {
 namespace {
 
-std::vector<std::string> expand(const std::vector<std::string>& paths) {
+// The spec files of `paths`: files as given, the *.json files of directories. An entry whose status cannot be read
+// (a symlink loop, a dangling link) is an error line, and the rest are warmed.
+std::vector<std::string> expand(const std::vector<std::string>& paths, std::vector<std::string>& errors) {
   std::vector<std::string> files;
   for (const std::string& path : paths) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec)) {
       std::vector<std::string> found;
-      for (const auto& entry : std::filesystem::directory_iterator(path, ec))
-        if (entry.is_regular_file() && entry.path().extension() == ".json") found.push_back(entry.path().string());
+      for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+        if (entry.path().extension() != ".json") continue;
+        std::error_code status_ec;
+        const bool regular = entry.is_regular_file(status_ec);
+        if (status_ec) {
+          errors.push_back(fmt::format("error {}: {}", entry.path().string(), status_ec.message()));
+        } else if (regular) {
+          found.push_back(entry.path().string());
+        }
+      }
       if (ec) throw Error(ErrorCode::kIoError, fmt::format("cannot list directory {}: {}", path, ec.message()));
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
@@ -41,6 +52,21 @@ std::vector<std::string> expand(const std::vector<std::string>& paths) {
     }
   }
   return files;
+}
+
+// A tuning database named with --db must be usable: the runtime would warn and go on without it (a serving process
+// keeps the built-in choices), and the warm would miss every tuned kernel the user asked for.
+void check_db(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw Error(ErrorCode::kIoError, fmt::format("--db: tuning database \"{}\" {}", path,
+                                                 ec ? "cannot be read: " + ec.message() : std::string("does not exist")));
+  }
+  try {
+    (void)TuneDb::load(path);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("--db: {}", e.what()));
+  }
 }
 
 // The result line of one spec. Every exception a compile can raise (not only fa3jit::Error: std::bad_alloc,
@@ -129,10 +155,12 @@ Outcome warm_one(Runtime& runtime, const Item& item, const KernelRequest* reques
 }  // namespace
 
 int cmd_cache_warm(const GlobalOptions& global, const WarmOptions& options) {
-  const std::vector<std::string> files = expand(options.paths);
-  if (files.empty()) throw Error(ErrorCode::kIoError, "cache warm: no spec files found in the given paths");
-  Runtime runtime(RuntimeOptions{global.cache_dir, options.db});
+  if (!options.db.empty() && options.db != "off") check_db(options.db);
   std::vector<std::string> errors;
+  const std::vector<std::string> files = expand(options.paths, errors);
+  if (files.empty() && errors.empty())
+    throw Error(ErrorCode::kIoError, "cache warm: no spec files found in the given paths");
+  Runtime runtime(RuntimeOptions{global.cache_dir, options.db});
   const std::vector<Item> items = items_of(runtime, files, errors);
   for (const std::string& line : errors) fmt::print("{}\n", line);
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());

@@ -66,7 +66,8 @@ int cmd_tune_show(const GlobalOptions& global, const TuneShowOptions& options);
 struct WarmOptions {
   std::vector<std::string> paths;  // spec files, or directories whose *.json files are specs
   int jobs = 0;                    // parallel compiles; 0 = hardware threads
-  std::string db;                  // the tuning database whose tuned tiles a manifest adds; empty: the runtime's
+  std::string db;                  // the tuning database whose tuned tiles a manifest adds (must be usable);
+                                   // empty: the runtime's
 };
 
 int cmd_cache_list(const GlobalOptions& global);

@@ -153,8 +153,8 @@ int main(int argc, char** argv) {
   cache_warm->add_option("-j,--jobs", warm_opts.jobs, "parallel compiles (default: hardware threads)")
       ->check(CLI::Range(0, 256));
   cache_warm->add_option("--db", warm_opts.db,
-                         "tuning database whose tuned tiles a manifest's calls also get (default: FA3JIT_TUNE_DB, "
-                         "else <cache dir>/tune-db.json; \"off\": none)");
+                         "tuning database whose tuned tiles a manifest's calls also get; one named here must exist "
+                         "and be valid (default: FA3JIT_TUNE_DB, else <cache dir>/tune-db.json; \"off\": none)");
   add_cache_dir(cache_warm, global);
   add_cache_dir(cache, global);
   add_cache_dir(cache_list, global);

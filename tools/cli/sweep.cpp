@@ -41,7 +41,7 @@ std::vector<Axis> sweep_axes(const json& sweep) {
   for (const auto& [key, values] : sweep.items()) {
     if (!values.is_array() || values.empty()) {
       throw Error(ErrorCode::kInvalidSpec,
-                  fmt::format("sweep.{} must be a non-empty list of values, got {}", key, values.dump()));
+                  fmt::format("sweep.{} must be a non-empty list of values, got {}", key, json_fields::show(values)));
     }
     total *= values.size();
     if (total > kMaxCandidates) {
