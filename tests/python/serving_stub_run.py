@@ -39,8 +39,22 @@ def _copy(address):
     return params
 
 
+REFUSED = []  # a copy of the ForwardParams per call refused for a workspace smaller than WORKSPACE_BYTES
+FAIL_NEXT = []  # [True]: the next call is refused whatever its workspace
+
+
 def _forward(runtime, kernel, address, stream):
-    CALLS.append((runtime, kernel, _copy(address), stream))
+    # As the library does before launching anything: a call that needs a workspace (it splits, or is causal: a tile
+    # counter) is refused when the one given is smaller than its size (WORKSPACE_BYTES, what the size query answers).
+    params = _copy(address)
+    if FAIL_NEXT:  # a refusal for any other reason
+        FAIL_NEXT.pop()
+        REFUSED.append(params)
+        return 2
+    if (params.num_splits != 1 or params.causal) and params.workspace_bytes < WORKSPACE_BYTES:
+        REFUSED.append(params)
+        return 2  # invalid_argument
+    CALLS.append((runtime, kernel, params, stream))
     return 0
 
 
@@ -118,15 +132,30 @@ workspace = ALLOCATIONS[-1]
 assert workspace.shape == (1 << 20,) and workspace.dtype is torch.uint8 and workspace.device == q.device
 assert (p.workspace, p.workspace_bytes) == (workspace.data_ptr(), 1 << 20)
 assert CALLS[-1][3] == 0x5151 and CALLS[-1][1] is None  # torch's current stream; the tile table's kernel
-# The next call on the stream reuses it: no allocation but its output.
+# The next call on the stream reuses it: no allocation but its output, and no size query (the library checks the
+# kept workspace's size itself).
 allocated = len(ALLOCATIONS)
 fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
 assert [t.dtype for t in ALLOCATIONS[allocated:]] == [bf] and last_call().workspace == workspace.data_ptr()
-# A call needing more than it holds gets a larger one; later calls reuse that.
+assert len(SIZE_QUERIES) == 1 and not REFUSED
+# A call needing more than it holds is refused by the library, asks the size, gets a larger one and is made again;
+# later calls reuse that.
 WORKSPACE_BYTES = (1 << 20) + 16
+calls = len(CALLS)
 fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
 grown = ALLOCATIONS[-1]
 assert grown.shape == (2 << 20,) and (last_call().workspace, last_call().workspace_bytes) == (grown.data_ptr(), 2 << 20)
+assert len(CALLS) == calls + 1 and len(REFUSED) == 1 and REFUSED[0].workspace == workspace.data_ptr()
+assert len(SIZE_QUERIES) == 2
+# Another error than a small workspace is raised as it is, after one size query and no second attempt.
+FAIL_NEXT.append(True)
+try:
+    fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239, max_seqlen_k=400, causal=True)
+except _capi.Fa3jitValueError:
+    pass
+else:
+    raise AssertionError("a call the library refused returned")
+assert len(REFUSED) == 2 and len(SIZE_QUERIES) == 3 and len(CALLS) == calls + 1
 # Another thread has a workspace of its own for the same stream.
 worker = threading.Thread(target=lambda: fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_seqlen_q=239,
                                                                         max_seqlen_k=400, causal=True))
@@ -376,7 +405,7 @@ for field in ("dtype", "causal", "batch", "seqlen_q", "num_heads", "num_heads_kv
     assert getattr(asked, field) == getattr(call, field), (field, getattr(asked, field), getattr(call, field))
 assert (asked.seqused_k is not None, asked.page_table is not None) == (True, True)  # present: the layout is paged
 assert (asked.num_splits, asked.pack_gqa) == (0, -1) and (call.num_splits, call.pack_gqa) == (5, 1)
-assert SIZE_QUERIES[-1].num_splits == 5  # the workspace sized for the planned splits
+assert call.workspace is not None and call.workspace_bytes >= WORKSPACE_BYTES  # a workspace for the planned splits
 # The same schedule asked for explicitly is accepted; a disagreeing one is refused, naming both.
 fa3jit.flash_attn_with_kvcache(qd, kp, vp, used, table, num_splits=5, pack_gqa=True, scheduler_metadata=metadata)
 expect(ValueError, ["num_splits is 2 but scheduler_metadata plans 5 splits"], kvcache, qd, kp, vp, used, table,
