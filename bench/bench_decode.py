@@ -31,7 +31,8 @@ Timing (as bench/bench_fwd.py): warm-up calls (the first fa3jit call compiles or
 median of --runs calls, each bracketed by CUDA events after an L2 flush (256 MB, over the H200's 50 MB), and
 after a spin kernel (torch.cuda._sleep) that keeps the GPU busy while Python queues the call: a decode kernel
 runs for tens of microseconds, about what one Python call costs on the host, and that host time is not
-what is measured here. Split-KV calls time both of their kernels (attention and combine).
+what is measured here. Split-KV calls time both of their kernels (attention and combine). The columns of a cell
+are timed in turn, one run of each per round, so that none is favoured by its place in the order.
 Correctness: once per cell every fa3jit column's output is compared with FA3's (else cuDNN's); a max abs
 difference over 2e-2 is printed as MISMATCH and makes the script exit 1 after the table.
 Host cost: microseconds per call of a tiny decode (batch 1, seqlen_k 256, 32/8 heads), 2000 calls back to back,
@@ -139,20 +140,29 @@ class Timer:
                   file=sys.stderr)
 
     def median_ms(self, fn):
+        return self.medians_ms({None: fn})[None]
+
+    def medians_ms(self, fns):
+        """{name: median ms} of several calls timed in turn, one run of each per round: each call's runs are spread
+        over the same stretch of time, so none is favoured by being timed first or last (a GPU timed right after
+        its inputs were made read up to 6 % slower than the same kernel timed later in the same cell, 2026-12-07)."""
         torch = self.torch
-        for _ in range(self.warmup):
-            fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.runs)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.runs)]
-        for start, end in zip(starts, ends):
-            self.flush.zero_()
-            if self.spin is not None:
-                self.spin(SPIN_CYCLES)
-            start.record()
-            fn()
-            end.record()
+        for fn in fns.values():
+            for _ in range(self.warmup):
+                fn()
+        events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                         for _ in range(self.runs)] for name in fns}
+        for run in range(self.runs):
+            for name, fn in fns.items():
+                start, end = events[name][run]
+                self.flush.zero_()
+                if self.spin is not None:
+                    self.spin(SPIN_CYCLES)
+                start.record()
+                fn()
+                end.record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return {name: statistics.median(s.elapsed_time(e) for s, e in pairs) for name, pairs in events.items()}
 
 
 def paged_cache(torch, k, v, page_size, generator):
@@ -215,7 +225,7 @@ def bench_cell(torch, fa3jit, fa3, timer, cell, args):
     kv_bytes = batch * seqlen_k * heads_kv * HEAD_DIM * 2 * 2
     row = {"batch": batch, "seqlen_k": seqlen_k, "heads": heads, "heads_kv": heads_kv, "kv_bytes": kv_bytes}
     fa3_call, fa3_where = fa3
-    outputs = {}
+    outputs, calls = {}, {}
     for column in args.backends:
         if column == "fa3" and fa3_call is None:
             row[column] = {"error": f"FA3 not available: {fa3_where}"}
@@ -223,11 +233,13 @@ def bench_cell(torch, fa3jit, fa3, timer, cell, args):
         try:
             call = make_calls(torch, fa3jit, fa3_call, q, k, v, seqlens, column, args)
             outputs[column] = first(call()).float()
-            ms = timer.median_ms(call)
-            row[column] = {"ms": ms, "gbps": kv_bytes / (ms * 1e-3) / 1e9}
+            calls[column] = call
         except Exception as error:  # a backend that cannot run this cell is reported, not fatal
             row[column] = {"error": f"{type(error).__name__}: {error}"}
-        torch.cuda.empty_cache()  # the paged pools of this column
+    # Every column timed in the same rounds (Timer.medians_ms), so the order of the columns favours none.
+    for column, ms in timer.medians_ms(calls).items():
+        row[column] = {"ms": ms, "gbps": kv_bytes / (ms * 1e-3) / 1e9}
+    del calls
     # Guard against timing a wrong kernel: every fa3jit column against FA3 (else cuDNN).
     peer = next((p for p in PEERS if p in outputs), None)
     row["reference"] = peer
@@ -317,7 +329,8 @@ def environment(torch, fa3jit, fa3, args):
     env = bench_fwd.environment(torch, fa3jit, fa3, args)
     env.pop("fp8", None)
     env["convention"] = ("bf16, head_dim 128, seqlen_q 1, full caches; GB/s = batch*seqlen_k*heads_kv*head_dim*2*2 "
-                         "bytes / median time; CUDA events, L2 flushed, host queueing hidden by a spin kernel")
+                         "bytes / median time; CUDA events, L2 flushed, host queueing hidden by a spin kernel, the "
+                         "columns of a cell timed in turn, one run each per round")
     return env
 
 

@@ -7,7 +7,8 @@ a decode step of a small batch is latency-bound, where fewer splits (fewer parti
 (more bytes in flight) may win. This sweep measures which, per cell, for the heuristic to follow.
 
 Cells (batch, seqlen_k), bf16, head_dim 128, 32 query heads over 8 KV heads, seqlen_q 1, contiguous caches; GB/s of
-K+V read (bench_decode.py's figure of merit and timing: median of --runs calls after an L2 flush and a spin kernel).
+K+V read (bench_decode.py's figure of merit and timing: median of --runs calls after an L2 flush and a spin kernel,
+every column of a cell timed in turn).
 Each forced count's output is compared with one split's (max abs difference over bench_decode's 2e-2: MISMATCH, exit 1);
 a column that raises reads nan, with the reason on stderr.
 
@@ -42,14 +43,23 @@ def key_blocks(seqlens, batch, seqlen_k):
     return -(-seqlen_k // plan.block_n)
 
 
-def rate(timer, fn, gb, what):
-    """GB/s of fn (gb gigabytes read per call), or NaN with the reason on stderr when it raises, so that one failing
-    column leaves the rest of the table."""
-    try:
-        return gb / (timer.median_ms(fn) * 1e-3)
-    except Exception as error:  # noqa: BLE001 (a peer's or a split count's failure is reported, not fatal)
-        print(f"{what}: {type(error).__name__}: {error}", file=sys.stderr)
-        return float("nan")
+def medians(timer, calls, what):
+    """{name: median ms} of the calls timed in turn; a call that raises is dropped (its reason on stderr) and the rest
+    timed again, so one failing column leaves the others."""
+    while calls:
+        try:
+            return timer.medians_ms(calls)
+        except Exception as error:  # noqa: BLE001 (a peer's or a split count's failure is reported, not fatal)
+            for name, fn in list(calls.items()):
+                try:
+                    fn()
+                except Exception as call_error:  # noqa: BLE001
+                    print(f"{what} {name}: {type(call_error).__name__}: {call_error}", file=sys.stderr)
+                    del calls[name]
+                    break
+            else:
+                raise error
+    return {}
 
 
 def main():
@@ -76,14 +86,13 @@ def main():
         ref = fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True, num_splits=1)
         row = {"batch": batch, "seqlen_k": seqlen_k}
         cell = f"batch {batch} seqlen_k {seqlen_k}"
-        row["heuristic"] = rate(timer, lambda: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens,
-                                                                               causal=True), gb, f"{cell} heuristic")
-        row["fa3"] = rate(timer, lambda: fa3_call(q, k, v, seqlens), gb, f"{cell} FA3") if fa3_call else float("nan")
-        row["cudnn"] = rate(timer, bench_decode.sdpa_call(torch, q, k, v, "view"), gb, f"{cell} cuDNN")
+        calls = {"heuristic": lambda: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True),
+                 "cudnn": bench_decode.sdpa_call(torch, q, k, v, "view")}
+        if fa3_call:
+            calls["fa3"] = lambda: fa3_call(q, k, v, seqlens)
         n_blocks = key_blocks(seqlens, batch, seqlen_k)
         for s in SPLITS:
             if s > n_blocks:
-                row[f"s{s}"] = float("nan")
                 continue
             call = lambda s=s: fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True,  # noqa: E731
                                                              num_splits=s)
@@ -91,12 +100,16 @@ def main():
                 diff = (call().float() - ref.float()).abs().max().item()
             except Exception as error:  # noqa: BLE001
                 print(f"{cell} num_splits={s}: {type(error).__name__}: {error}", file=sys.stderr)
-                row[f"s{s}"] = float("nan")
                 continue
             if not diff <= bench_decode.MAX_ABS_DIFF:
                 print(f"MISMATCH {cell} num_splits {s}: max abs difference {diff} from one split", file=sys.stderr)
                 mismatches += 1
-            row[f"s{s}"] = rate(timer, call, gb, f"{cell} num_splits={s}")
+            calls[f"s{s}"] = call
+        # Every column of the cell timed in the same rounds (bench_decode.Timer.medians_ms): none is favoured by its
+        # place in the order.
+        times = medians(timer, calls, cell)
+        for name in ["heuristic", "fa3", "cudnn"] + [f"s{s}" for s in SPLITS]:
+            row[name] = gb / (times[name] * 1e-3) if name in times else float("nan")
         measured = {s: row[f"s{s}"] for s in SPLITS if row[f"s{s}"] == row[f"s{s}"]}
         best = max(measured, key=measured.get) if measured else 0
         row["best"] = best
