@@ -50,7 +50,6 @@ import json
 import math
 import os
 import pathlib
-import statistics
 import sys
 import time
 
@@ -128,41 +127,10 @@ def load_fa3(torch, fa3_site):
             f"torch.ops.fa3_fwd.fwd(seqused_k=cache_seqlens, num_splits=0) from {where}")
 
 
-class Timer:
-    """Median of single-call CUDA-event timings, each after an L2 flush and a spin kernel."""
-
-    def __init__(self, torch, runs, warmup):
-        self.torch, self.runs, self.warmup = torch, runs, warmup
-        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-        self.spin = getattr(torch.cuda, "_sleep", None)
-        if self.spin is None:
-            print("this torch has no torch.cuda._sleep: host time per call may be part of the timings",
-                  file=sys.stderr)
-
-    def median_ms(self, fn):
-        return self.medians_ms({None: fn})[None]
-
-    def medians_ms(self, fns):
-        """{name: median ms} of several calls timed in turn, one run of each per round: each call's runs are spread
-        over the same stretch of time, so none is favoured by being timed first or last (a GPU timed right after
-        its inputs were made read up to 6 % slower than the same kernel timed later in the same cell, 2026-12-07)."""
-        torch = self.torch
-        for fn in fns.values():
-            for _ in range(self.warmup):
-                fn()
-        events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                         for _ in range(self.runs)] for name in fns}
-        for run in range(self.runs):
-            for name, fn in fns.items():
-                start, end = events[name][run]
-                self.flush.zero_()
-                if self.spin is not None:
-                    self.spin(SPIN_CYCLES)
-                start.record()
-                fn()
-                end.record()
-        torch.cuda.synchronize()
-        return {name: statistics.median(s.elapsed_time(e) for s, e in pairs) for name, pairs in events.items()}
+def Timer(torch, runs, warmup):
+    """bench_fwd's timer with a spin kernel before each call (SPIN_CYCLES): a decode call is shorter than its host
+    cost, which is not what is measured."""
+    return bench_fwd.Timer(torch, runs, warmup, spin_cycles=SPIN_CYCLES)
 
 
 def paged_cache(torch, k, v, page_size, generator):

@@ -7,7 +7,8 @@ Convention (FlashAttention-3 paper and benchmark_attn.py; docs/kernel-design.md 
 seqlen_q = seqlen_k, random normal inputs, FLOPs = 4 * batch * heads * seqlen_q * seqlen_k * head_dim, halved
 for causal. Each backend: warm-up calls (the first fa3jit call compiles or loads the kernel), then the median
 of --runs calls, each timed alone with CUDA events after an L2 flush (which also keeps the GPU busy while
-Python queues the call, so launch overhead is not timed).
+Python queues the call, so launch overhead is not timed). The backends of a case are timed in turn, one run of
+each per round, so that none is favoured by its place in the order.
 
 Backends per dtype:
   fp16, bf16: fa3jit, FA3 (bf16/fp16), cuDNN and FA2 (torch SDPA) in that dtype.
@@ -150,26 +151,44 @@ def load_fa3(torch, fa3_site):
 
 
 class Timer:
-    """Median of single-call CUDA-event timings, each after an L2 flush."""
+    """Median of single-call CUDA-event timings, each after an L2 flush (and, with spin_cycles, a spin kernel that
+    keeps the GPU busy while Python queues the call: for calls shorter than their host cost, bench_decode.py)."""
 
-    def __init__(self, torch, runs, warmup):
+    def __init__(self, torch, runs, warmup, spin_cycles=0):
         self.torch, self.runs, self.warmup = torch, runs, warmup
         # Larger than the H200's L2 (50 MB), so every call starts from HBM as in serving.
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        self.spin_cycles = spin_cycles
+        self.spin = getattr(torch.cuda, "_sleep", None) if spin_cycles else None
+        if spin_cycles and self.spin is None:
+            print("this torch has no torch.cuda._sleep: host time per call may be part of the timings",
+                  file=sys.stderr)
 
     def median_ms(self, fn):
+        return self.medians_ms({None: fn})[None]
+
+    def medians_ms(self, fns):
+        """{name: median ms} of several calls timed in turn, one run of each per round: each call's runs are spread
+        over the same stretch of time, so none is favoured by being timed first or last (a decode kernel timed right
+        after its inputs were made read up to 6 % slower than the same kernel timed later in the same cell,
+        bench/NOTES.md 2026-12-07)."""
         torch = self.torch
-        for _ in range(self.warmup):
-            fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.runs)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.runs)]
-        for start, end in zip(starts, ends):
-            self.flush.zero_()
-            start.record()
-            fn()
-            end.record()
+        for fn in fns.values():
+            for _ in range(self.warmup):
+                fn()
+        events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                         for _ in range(self.runs)] for name in fns}
+        for run in range(self.runs):
+            for name, fn in fns.items():
+                start, end = events[name][run]
+                self.flush.zero_()
+                if self.spin is not None:
+                    self.spin(self.spin_cycles)
+                start.record()
+                fn()
+                end.record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return {name: statistics.median(s.elapsed_time(e) for s, e in pairs) for name, pairs in events.items()}
 
 
 def quantize_per_head(torch, x, num_heads_kv):
@@ -281,7 +300,7 @@ def bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args
     calls = make_calls(torch, fa3jit, fa3_op, q, k, v, causal, args.sdpa_layout, fp8, args.backends, args.alt)
     row = {"dtype": dtype_name, "head_dim": head_dim, "head_dim_v": head_dim_v, "causal": causal, "seqlen": seqlen,
            "batch": batch, "heads": heads, "flops": flops}
-    outputs = {}
+    outputs, timed = {}, {}
     for name in args.backends:
         if name == "fa3" and fa3_op is None:
             row[name] = {"error": f"FA3 not available: {fa3_reason}"}
@@ -291,10 +310,12 @@ def bench_case(torch, fa3jit, fa3, timer, dtype_name, dims, causal, seqlen, args
         try:
             out = calls[name]()
             outputs[name] = out.transpose(1, 2) if name in ("cudnn", "fa2") else out
-            ms = timer.median_ms(calls[name])
-            row[name] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+            timed[name] = calls[name]
         except Exception as error:  # a backend that cannot run this case is reported, not fatal
             row[name] = {"error": f"{type(error).__name__}: {error}"}
+    # Every backend timed in the same rounds (Timer.medians_ms), so the order of the backends favours none.
+    for name, ms in timer.medians_ms(timed).items():
+        row[name] = {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
     # Guard against timing a wrong kernel: fa3jit's output against cuDNN's (or FA2's; FP8 against the bf16
     # cuDNN output on the unquantised inputs, so the difference includes the quantisation error) and FA3's.
     grid_partner = "fa3jit_vt" if fp8 else "fa3jit"
