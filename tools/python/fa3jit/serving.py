@@ -499,7 +499,10 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
                 status = _attention._attention_forward(runtime_handle, None, address, stream)
                 if status:
                     error = _capi.error_for(status, "fa3jit_attention_forward")
-                    nbytes = _workspace_size(runtime_handle, address, size, size_ref)
+                    try:
+                        nbytes = _workspace_size(runtime_handle, address, size, size_ref)
+                    except _capi.Fa3jitError:
+                        raise error from None  # the call's own fault, which the size query met too
                     if nbytes <= kept[2]:
                         raise error
                     workspace, pointer, nbytes = _workspace(q, workspaces, device, stream, nbytes)
