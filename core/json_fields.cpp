@@ -96,7 +96,7 @@ void reject_unknown_keys(const json& object, const std::string& path, const std:
     bool found = false;
     for (const auto& k : known) found = found || item.key() == k;
     if (!found) {
-      fail(fmt::format("spec field \"{}\" is unknown; known keys {}: {}", join_path(path, item.key()),
+      fail(fmt::format("spec field {} is unknown; known keys {}: {}", show(json(join_path(path, item.key()))),
                        path.empty() ? "at the top level" : fmt::format("in \"{}\"", path), fmt::join(known, ", ")));
     }
   }
@@ -154,7 +154,7 @@ class TextChecker final : public nlohmann::json_sax<json> {
     Frame& f = frames_.back();
     f.key = key;
     if (!f.keys.insert(key).second) {
-      error = fmt::format("spec key \"{}\" appears twice in one object; give each key once", path());
+      error = fmt::format("spec key {} appears twice in one object; give each key once", show(json(path())));
       return false;
     }
     return true;

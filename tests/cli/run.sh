@@ -103,7 +103,7 @@ expect 2 'nul_kind.json: spec field "kind": "attention_fwd\\u0000x" is not a ker
 expect 2 'huge_kind.json: spec field "kind": "k{56}\.\.\. is not a kernel family' "$fa3jit" emit "$work/huge_kind.json"
 out=$("$fa3jit" emit "$work/huge_kind.json" 2>&1)
 ((${#out} < 300)) || fail "a 900 KB kind was echoed in a message of ${#out} bytes"
-expect 2 'sweep.stages must be a non-empty list of values, got "s{56}\.\.\.$' "$fa3jit" tune "$work/huge_sweep.json"
+expect 2 '"sweep.stages" must be a non-empty list of values, got "s{56}\.\.\.$' "$fa3jit" tune "$work/huge_sweep.json"
 out=$("$fa3jit" emit "$work/utf8.json" 2>&1)
 python3 -c 'import sys; sys.stdin.buffer.read().decode("utf-8")' <<<"$out" 2>/dev/null ||
   fail "a long multi-byte value was cut inside a character: $out"

@@ -22,7 +22,7 @@ json read_sweep(const std::string& path) {
   for (const auto& [key, value] : doc.items()) {
     if (key != "base" && key != "sweep") {
       throw Error(ErrorCode::kInvalidSpec,
-                  fmt::format("{}: unknown key \"{}\"; allowed: \"base\", \"sweep\"", path, key));
+                  fmt::format("{}: unknown key {}; allowed: \"base\", \"sweep\"", path, json_fields::show(json(key))));
     }
   }
   if (!doc.contains("base") || !doc["base"].is_object()) {
@@ -41,7 +41,8 @@ std::vector<Axis> sweep_axes(const json& sweep) {
   for (const auto& [key, values] : sweep.items()) {
     if (!values.is_array() || values.empty()) {
       throw Error(ErrorCode::kInvalidSpec,
-                  fmt::format("sweep.{} must be a non-empty list of values, got {}", key, json_fields::show(values)));
+                  fmt::format("{} must be a non-empty list of values, got {}", json_fields::show(json("sweep." + key)),
+                              json_fields::show(values)));
     }
     total *= values.size();
     if (total > kMaxCandidates) {
@@ -61,7 +62,8 @@ void set_field(json& doc, const std::string& dotted, const json& value) {
     if (child.is_null()) child = json::object();
     if (!child.is_object()) {
       throw Error(ErrorCode::kInvalidSpec,
-                  fmt::format("sweep.{}: \"{}\" in base is not an object", dotted, dotted.substr(0, dot)));
+                  fmt::format("{}: {} in base is not an object", json_fields::show(json("sweep." + dotted)),
+                              json_fields::show(json(dotted.substr(0, dot)))));
     }
     node = &child;
     start = dot + 1;
