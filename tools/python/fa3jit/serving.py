@@ -489,33 +489,31 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
         context.__enter__()
     try:
         stream = _attention._current_stream(device)
+        # (a uint8 tensor, its address, its bytes), referenced by this frame until the launch is queued (or captured).
+        workspace = unasked = None
         if num_splits != 1 or causal:  # a split's partials; a dense causal call's tile counter
-            kept = None if torch._C._cuda_isCurrentStreamCapturing() else workspaces.get((device, stream))
-            if kept is not None:
-                # A warm call: the workspace this stream keeps, without asking the call's size first. The library
-                # checks it before launching anything and refuses one too small; only then is the size asked, and
-                # the call made again with a larger one.
-                _pack_workspace(params, _WORKSPACE_OFFSET, kept[1], kept[2])
-                status = _attention._attention_forward(runtime_handle, None, address, stream)
-                if status:
-                    error = _capi.error_for(status, "fa3jit_attention_forward")
-                    try:
-                        nbytes = _workspace_size(runtime_handle, address, size, size_ref)
-                    except _capi.Fa3jitError:
-                        raise error from None  # the call's own fault, which the size query met too
-                    if nbytes <= kept[2]:
-                        raise error
-                    workspace, pointer, nbytes = _workspace(q, workspaces, device, stream, nbytes)
-                    _pack_workspace(params, _WORKSPACE_OFFSET, pointer, nbytes)
-                    status = _attention._attention_forward(runtime_handle, None, address, stream)
-            else:
+            # A warm call passes the workspace this stream keeps without asking the call's size: the library checks
+            # it before launching anything and refuses one too small (below). Under capture, each call its own.
+            if not torch._C._cuda_isCurrentStreamCapturing():
+                workspace = unasked = workspaces.get((device, stream))
+            if workspace is None:
                 nbytes = _workspace_size(runtime_handle, address, size, size_ref)
                 if nbytes:
-                    # Referenced by this frame until the launch is queued (or captured).
-                    workspace, pointer, nbytes = _workspace(q, workspaces, device, stream, nbytes)
-                    _pack_workspace(params, _WORKSPACE_OFFSET, pointer, nbytes)
-                status = _attention._attention_forward(runtime_handle, None, address, stream)
-        else:
+                    workspace = _workspace(q, workspaces, device, stream, nbytes)
+            if workspace is not None:
+                _pack_workspace(params, _WORKSPACE_OFFSET, workspace[1], workspace[2])
+        status = _attention._attention_forward(runtime_handle, None, address, stream)
+        if status and unasked is not None:
+            # Refused with the kept workspace: only if the call needs more is the size asked worth a second try.
+            error = _capi.error_for(status, "fa3jit_attention_forward")
+            try:
+                nbytes = _workspace_size(runtime_handle, address, size, size_ref)
+            except _capi.Fa3jitError:
+                raise error from None  # the call's own fault, which the size query met too
+            if nbytes <= unasked[2]:
+                raise error
+            workspace = _workspace(q, workspaces, device, stream, nbytes)
+            _pack_workspace(params, _WORKSPACE_OFFSET, workspace[1], workspace[2])
             status = _attention._attention_forward(runtime_handle, None, address, stream)
     finally:
         if context is not None:
