@@ -484,11 +484,15 @@ struct CubinCache::Slot {
   uint64_t attempts = 0;
 };
 
+void CubinCache::memory_only(std::string why) {
+  memory_only_why_ = std::move(why);
+  log(LogLevel::kWarn, memory_only_why_ + "; kernels are cached in memory only");
+}
+
 CubinCache::CubinCache(std::string dir, CacheOpen open) : dir_(dir.empty() ? default_cache_dir() : std::move(dir)) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   if (dir_.empty()) {
-    memory_only_why_ = "no cache directory (FA3JIT_CACHE_DIR, XDG_CACHE_HOME and HOME are unset)";
-    log(LogLevel::kWarn, memory_only_why_ + "; kernels are cached in memory only");
+    memory_only("no cache directory (FA3JIT_CACHE_DIR, XDG_CACHE_HOME and HOME are unset)");
     return;
   }
   std::string why;
@@ -507,9 +511,8 @@ CubinCache::CubinCache(std::string dir, CacheOpen open) : dir_(dir.empty() ? def
   struct stat st {};
   if (writable && ::stat(dir_.c_str(), &st) == 0 &&
       (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
-    memory_only_why_ = fmt::format("cache directory {} is owned by another user or writable by others (mode {:o})",
-                                   dir_, st.st_mode & 07777);
-    log(LogLevel::kWarn, memory_only_why_ + "; kernels are cached in memory only");
+    memory_only(fmt::format("cache directory {} is owned by another user or writable by others (mode {:o})", dir_,
+                            st.st_mode & 07777));
     dir_.clear();  // neither read nor written
     return;
   }
@@ -534,8 +537,7 @@ CubinCache::CubinCache(std::string dir, CacheOpen open) : dir_(dir.empty() ? def
     }
   }
   if (!writable) {
-    memory_only_why_ = fmt::format("cache directory {} is not writable ({})", dir_, why);
-    log(LogLevel::kWarn, memory_only_why_ + "; kernels are cached in memory only");
+    memory_only(fmt::format("cache directory {} is not writable ({})", dir_, why));
     return;
   }
   persistent_ = true;

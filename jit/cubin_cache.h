@@ -104,6 +104,7 @@ class CubinCache {
   bool persistent_ = false;
   bool exists_ = false;
   std::string memory_only_why_;
+  void memory_only(std::string why);  // records why (memory_only_why) and warns once
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;
   std::atomic<int64_t> compile_lock_wait_ms_{60000};  // read by get_or_compile on any thread
