@@ -3,9 +3,11 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -102,6 +104,27 @@ const std::vector<std::string>& default_compile_flags() {
   return flags;
 }
 
+std::string split_compile_flag(const KernelSource& source) {
+  const size_t entries = entry_names(source).size();
+  if (entries < 2) return {};
+  const size_t threads = std::max<size_t>(1, std::thread::hardware_concurrency());
+  return fmt::format("--split-compile={}", std::min(entries, threads));
+}
+
+ResourceReport combined_report(const std::vector<CompiledEntry>& entries) {
+  ResourceReport out;
+  for (const CompiledEntry& e : entries) {
+    const ResourceReport& r = e.report;
+    out.registers = std::max(out.registers, r.registers);
+    out.spill_store_bytes = std::max(out.spill_store_bytes, r.spill_store_bytes);
+    out.spill_load_bytes = std::max(out.spill_load_bytes, r.spill_load_bytes);
+    out.stack_frame_bytes = std::max(out.stack_frame_bytes, r.stack_frame_bytes);
+    out.static_smem_bytes = std::max(out.static_smem_bytes, r.static_smem_bytes);
+    out.barriers = std::max(out.barriers, r.barriers);
+  }
+  return out;
+}
+
 std::string nvrtc_version_string() {
   int major = 0;
   int minor = 0;
@@ -118,8 +141,10 @@ CompiledKernel compile_kernel(const KernelSource& source, const std::vector<std:
 
   Program program(source);
   std::vector<const char*> options;
-  options.reserve(flags.size());
+  options.reserve(flags.size() + 1);
   for (const std::string& f : flags) options.push_back(f.c_str());
+  const std::string split = split_compile_flag(source);
+  if (!split.empty()) options.push_back(split.c_str());
 
   const nvrtcResult compiled =
       nvrtcCompileProgram(program.get(), static_cast<int>(options.size()), options.data());
@@ -128,7 +153,7 @@ CompiledKernel compile_kernel(const KernelSource& source, const std::vector<std:
   if (compiled != NVRTC_SUCCESS) {
     throw Error(ErrorCode::kCompileFailed,
                 fmt::format("NVRTC could not compile kernel '{}' ({}); flags: {}\n{}", source.kernel_name,
-                            nvrtcGetErrorString(compiled), fmt::join(flags, " "), log));
+                            nvrtcGetErrorString(compiled), fmt::join(options, " "), log));
   }
 
   CompiledKernel out;
@@ -141,20 +166,21 @@ CompiledKernel compile_kernel(const KernelSource& source, const std::vector<std:
                             "architecture (--gpu-architecture=sm_90a), not a virtual one (compute_90a)",
                             source.kernel_name, fmt::join(flags, " ")));
   }
-  // A kernel_name that the source does not define would only fail later, at load time, far from the cause.
-  if (out.ptx.find(".entry " + source.kernel_name + "(") == std::string::npos) {
-    throw Error(ErrorCode::kCompileFailed,
-                fmt::format("the source compiled but defines no extern \"C\" __global__ entry named '{}'",
-                            source.kernel_name));
+  for (const std::string& name : entry_names(source)) {
+    // An entry that the source does not define would only fail later, at load time, far from the cause.
+    if (name.empty() || out.ptx.find(".entry " + name + "(") == std::string::npos) {
+      throw Error(ErrorCode::kCompileFailed,
+                  fmt::format("the source compiled but defines no extern \"C\" __global__ entry named '{}'", name));
+    }
+    out.entries.push_back({name, parse_ptxas_report(log, name)});
+    if (out.entries.back().report.registers < 0) {
+      fa3jit::log(LogLevel::kDebug,
+                  fmt::format("no ptxas report for '{}' in the NVRTC log (compile without -Xptxas=-v?)", name));
+    }
   }
-  out.report = parse_ptxas_report(log, source.kernel_name);
+  out.report = combined_report(out.entries);
   out.log = std::move(log);
   out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (out.report.registers < 0) {
-    fa3jit::log(LogLevel::kDebug,
-                fmt::format("no ptxas report for '{}' in the NVRTC log (compile without -Xptxas=-v?)",
-                            source.kernel_name));
-  }
   return out;
 }
 

@@ -19,19 +19,36 @@ struct ResourceReport {
   int barriers = -1;
 };
 
+/// One extern "C" entry point of a compiled kernel and what ptxas reported for it.
+struct CompiledEntry {
+  std::string name;
+  ResourceReport report;
+};
+
 /// A compiled kernel image plus everything the runtime needs to load and describe it.
 struct CompiledKernel {
-  std::string kernel_name;
+  std::string kernel_name;             // the unit's name (KernelSource::kernel_name)
+  std::vector<CompiledEntry> entries;  // entry_names(source), in that order
   std::string cubin;  // ELF bytes for sm_90a
   std::string ptx;    // PTX text (kept for inspection and tests)
-  ResourceReport report;
+  ResourceReport report;  // combined_report(entries): what limits and checks read for the kernel as a whole
   std::string log;    // full NVRTC program log
   double compile_ms = 0.0;
 };
 
+/// The report of a kernel with these entries: the largest of each field over them (registers, spills, stack,
+/// static shared memory, barriers; -1 only where no entry reported the field).
+ResourceReport combined_report(const std::vector<CompiledEntry>& entries);
+
 /// NVRTC options used for every kernel: sm_90a, -O3 equivalent, --use_fast_math, -DNDEBUG, -std=c++17,
 /// -Xptxas -v (report), --no-cache (the driver compute cache would otherwise swallow the ptxas report).
+/// compile_kernel adds --split-compile for a source with several entries (split_compile_flag).
 const std::vector<std::string>& default_compile_flags();
+
+/// "--split-compile=N" for a source with several entry points, N = min(entries, the host's hardware threads): NVRTC
+/// then runs ptxas on the functions concurrently, each compiled as it would be alone (the cubin does not depend on
+/// N). "" for one entry.
+std::string split_compile_flag(const KernelSource& source);
 
 /// "13.0" etc., from nvrtcVersion.
 std::string nvrtc_version_string();
@@ -39,8 +56,8 @@ std::string nvrtc_version_string();
 /// Target architecture string baked into cache keys ("sm_90a").
 inline constexpr const char* kTargetArch = "sm_90a";
 
-/// Compiles with NVRTC. Throws Error(kCompileFailed) with the NVRTC log on failure; every NVRTC return
-/// code is checked.
+/// Compiles with NVRTC (`flags` and split_compile_flag(source)). Throws Error(kCompileFailed) with the NVRTC log
+/// on failure or when an entry of the source is missing from the PTX; every NVRTC return code is checked.
 CompiledKernel compile_kernel(const KernelSource& source,
                               const std::vector<std::string>& flags = default_compile_flags());
 

@@ -3,7 +3,8 @@
 // Entry file <dir>/<key>.cubin-entry, all integers little-endian:
 //   "FA3JITC1" | u32 format version | u64 key length, key | 32-byte SHA-256 of payload
 //   | u64 payload length | payload
-//   payload = str kernel_name | str cubin | str ptx | 6 x i32 report | str log | f64 compile_ms
+//   payload = str kernel_name | u32 entry count, per entry: str name | 6 x i32 report
+//             | str cubin | str ptx | str log | f64 compile_ms
 //   (str = u64 length, then the bytes)
 // The key inside the header must equal the key asked for, so an entry copied or renamed onto another key's
 // name is never served. Writers publish with write-to-temp + fsync + rename, so readers see either no file,
@@ -47,13 +48,14 @@ namespace fa3jit {
 namespace {
 
 constexpr std::string_view kEntryMagic = "FA3JITC1";
-constexpr uint32_t kEntryFormatVersion = 2;  // 2: the checksum covers the key too
+constexpr uint32_t kEntryFormatVersion = 3;  // 2: the checksum covers the key too; 3: several entry points
 constexpr std::string_view kEntrySuffix = ".cubin-entry";
 constexpr std::string_view kTempPrefix = ".tmp-";
 constexpr std::string_view kLockPrefix = ".lock-";  // <dir>/.lock-<key>: CompileLock's file
 constexpr int kLockPollMs = 5;
 constexpr size_t kKeyHexChars = 64;
 constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 30;  // far above any cubin + PTX; guards a garbage length
+constexpr uint64_t kMaxEntryPoints = 64;                // far above any family's entry count; guards a garbage count
 constexpr std::string_view kProbeTag = "probe";       // the write test's temp file: .tmp-probe-<pid>-<16 hex>
 constexpr size_t kRandomHexChars = 16;
 constexpr int kStaleTempSeconds = 60;       // a publish takes milliseconds; older temp files are orphans
@@ -119,12 +121,16 @@ std::string sha256_raw(std::string_view data) {
 std::string encode_entry(const std::string& key, const CompiledKernel& k) {
   std::string payload;
   put_str(payload, k.kernel_name);
+  put_u32(payload, static_cast<uint32_t>(k.entries.size()));
+  for (const CompiledEntry& e : k.entries) {
+    put_str(payload, e.name);
+    for (int v : {e.report.registers, e.report.spill_store_bytes, e.report.spill_load_bytes,
+                  e.report.stack_frame_bytes, e.report.static_smem_bytes, e.report.barriers}) {
+      put_u32(payload, static_cast<uint32_t>(v));
+    }
+  }
   put_str(payload, k.cubin);
   put_str(payload, k.ptx);
-  for (int v : {k.report.registers, k.report.spill_store_bytes, k.report.spill_load_bytes,
-                k.report.stack_frame_bytes, k.report.static_smem_bytes, k.report.barriers}) {
-    put_u32(payload, static_cast<uint32_t>(v));
-  }
   put_str(payload, k.log);
   uint64_t ms_bits = 0;
   static_assert(sizeof(ms_bits) == sizeof(k.compile_ms));
@@ -174,12 +180,21 @@ std::optional<CompiledKernel> decode_entry(std::string_view bytes, const std::st
   Reader p{payload};
   CompiledKernel k;
   k.kernel_name = p.str();
+  const uint64_t num_entries = p.uint(4);
+  if (!p.ok || num_entries == 0 || num_entries > kMaxEntryPoints) return reject("malformed payload");
+  for (uint64_t i = 0; i < num_entries; ++i) {
+    CompiledEntry e;
+    e.name = p.str();
+    for (int* v : {&e.report.registers, &e.report.spill_store_bytes, &e.report.spill_load_bytes,
+                   &e.report.stack_frame_bytes, &e.report.static_smem_bytes, &e.report.barriers}) {
+      *v = static_cast<int>(static_cast<uint32_t>(p.uint(4)));
+    }
+    if (!p.ok || e.name.empty()) return reject("malformed payload");
+    k.entries.push_back(std::move(e));
+  }
+  k.report = combined_report(k.entries);
   k.cubin = p.str();
   k.ptx = p.str();
-  for (int* v : {&k.report.registers, &k.report.spill_store_bytes, &k.report.spill_load_bytes,
-                 &k.report.stack_frame_bytes, &k.report.static_smem_bytes, &k.report.barriers}) {
-    *v = static_cast<int>(static_cast<uint32_t>(p.uint(4)));
-  }
   k.log = p.str();
   const uint64_t ms_bits = p.uint(8);
   std::memcpy(&k.compile_ms, &ms_bits, sizeof(ms_bits));

@@ -10,6 +10,10 @@
 
 namespace fa3jit {
 
+std::vector<std::string> entry_names(const KernelSource& source) {
+  return source.entries.empty() ? std::vector<std::string>{source.kernel_name} : source.entries;
+}
+
 void inline_template(const std::string& path, std::set<std::string>& done, std::string& out) {
   if (!done.insert(path).second) return;
   std::istringstream in(template_source(path));

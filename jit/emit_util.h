@@ -13,11 +13,18 @@ namespace fa3jit {
 inline constexpr const char* kGeneratorVersion = "fa3jit-gen-2";
 
 /// A generated kernel: `code` compiles with NVRTC (or `nvcc -arch=sm_90a -cubin`) with no include path at
-/// all; `kernel_name` is its extern "C" entry point (jit/family.h: kernel_name).
+/// all. `kernel_name` names the unit (jit/family.h: kernel_name) and, when `entries` is empty, is its one
+/// extern "C" entry point. A family whose launches run different code (the FP8 pre-pass's three passes) emits
+/// one entry per launch instead, listed in `entries` in the order its launch code indexes them
+/// (LoadedKernel::function_for); ptxas then compiles them as separate functions, in parallel.
 struct KernelSource {
   std::string kernel_name;
   std::string code;
+  std::vector<std::string> entries;
 };
+
+/// The entry points of `source`: `entries`, or `kernel_name` alone when it is empty.
+std::vector<std::string> entry_names(const KernelSource& source);
 
 /// Appends `path` (relative to the repository root, e.g. "hopper/tma.cuh") and, recursively, every
 /// `#include "..."` it names, each file once (`done` remembers them). Templates must not include anything

@@ -1,6 +1,9 @@
 // Loading and launching compiled kernels (loaded_kernel.h).
 #include "jit/loaded_kernel.h"
 
+#include <fmt/format.h>
+
+#include "core/error.h"
 #include "jit/driver.h"
 
 namespace fa3jit {
@@ -10,7 +13,17 @@ LoadedKernel::LoadedKernel(std::shared_ptr<const CompiledKernel> compiled, Launc
   const Driver& d = driver();
   check_cu(d.cuLibraryLoadData(&library_, compiled_->cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
            "cuLibraryLoadData (loading a compiled kernel)");
-  check_cu(d.cuLibraryGetKernel(&kernel_, library_, compiled_->kernel_name.c_str()), "cuLibraryGetKernel");
+  try {
+    for (const CompiledEntry& entry : compiled_->entries) {
+      CUkernel kernel = nullptr;
+      check_cu(d.cuLibraryGetKernel(&kernel, library_, entry.name.c_str()), "cuLibraryGetKernel");
+      kernels_.push_back(kernel);
+    }
+    if (kernels_.empty()) throw Error(ErrorCode::kInternal, "a compiled kernel without entry points was loaded");
+  } catch (...) {
+    d.cuLibraryUnload(library_);
+    throw;
+  }
 }
 
 LoadedKernel::~LoadedKernel() {
@@ -62,15 +75,23 @@ LoadedKernel::ContextFunction& LoadedKernel::entry_for(CUcontext ctx) {
   if (it != functions_.end()) return it->second;
   const Driver& d = driver();
   ContextFunction e;
-  check_cu(d.cuKernelGetFunction(&e.function, kernel_), "cuKernelGetFunction");
-  check_cu(d.cuFuncSetAttribute(e.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch_.smem_bytes),
-           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-  return functions_.emplace(ctx, e).first->second;
+  for (CUkernel kernel : kernels_) {
+    CUfunction function = nullptr;
+    check_cu(d.cuKernelGetFunction(&function, kernel), "cuKernelGetFunction");
+    check_cu(d.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch_.smem_bytes),
+             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    e.functions.push_back(function);
+  }
+  return functions_.emplace(ctx, std::move(e)).first->second;
 }
 
-CUfunction LoadedKernel::function_for(CUcontext ctx) {
+CUfunction LoadedKernel::function_for(CUcontext ctx, size_t entry) {
+  if (entry >= kernels_.size()) {
+    throw Error(ErrorCode::kInternal, fmt::format("entry point {} of kernel '{}' asked for; it has {}", entry,
+                                                  compiled_->kernel_name, kernels_.size()));
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  return entry_for(ctx).function;
+  return entry_for(ctx).functions[entry];
 }
 
 int LoadedKernel::active_clusters(CUcontext ctx) {
@@ -82,7 +103,7 @@ int LoadedKernel::active_clusters(CUcontext ctx) {
     // caller), as a null stream says.
     const LaunchConfig lc(launch_, static_cast<unsigned>(launch_.cluster_x), nullptr);
     int n = 0;
-    check_cu(driver().cuOccupancyMaxActiveClusters(&n, e.function, &lc.config), "cuOccupancyMaxActiveClusters");
+    check_cu(driver().cuOccupancyMaxActiveClusters(&n, e.functions[0], &lc.config), "cuOccupancyMaxActiveClusters");
     e.active_clusters = n < 1 ? 1 : n;
   }
   return e.active_clusters;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "jit/compiler.h"
 #include "jit/family.h"
@@ -25,10 +26,11 @@ class LoadedKernel {
   const LaunchInvariants& launch() const { return launch_; }
   const CompiledKernel& compiled() const { return *compiled_; }
 
-  /// The function for `ctx`, with its dynamic shared-memory limit raised (once per context).
-  CUfunction function_for(CUcontext ctx);
+  /// The function of entry point `entry` (an index into compiled().entries, 0 for a one-entry kernel) for
+  /// `ctx`, with its dynamic shared-memory limit raised (once per context).
+  CUfunction function_for(CUcontext ctx, size_t entry = 0);
 
-  /// How many clusters of this kernel's launch (its block, shared memory and cluster_x CTAs) can run at once on the
+  /// How many clusters of entry 0's launch (its block, shared memory and cluster_x CTAs) can run at once on the
   /// device of `ctx` (cuOccupancyMaxActiveClusters, Driver API §Occupancy: the SMs of a GPC that cannot pair up
   /// hold none), asked once per context; at least 1. 0 for a kernel launched without clusters. A persistent grid
   /// of clusters is sized by it, so that no cluster waits for another to finish.
@@ -38,9 +40,9 @@ class LoadedKernel {
   std::shared_ptr<const CompiledKernel> compiled_;
   LaunchInvariants launch_;
   CUlibrary library_ = nullptr;
-  CUkernel kernel_ = nullptr;
+  std::vector<CUkernel> kernels_;  // one per entry point
   struct ContextFunction {
-    CUfunction function = nullptr;
+    std::vector<CUfunction> functions;  // one per entry point
     int active_clusters = 0;
   };
   ContextFunction& entry_for(CUcontext ctx);  // under mu_

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -110,6 +111,14 @@ PreparedKernel Runtime::prepare(const KernelRequest& request) {
                 fmt::format("the cache entry for key {:.12} in {} holds kernel {}, not {}; it was not written by this "
                             "fa3jit for this spec: run `fa3jit cache clear`",
                             out.key, impl_->cache.directory(), lookup.kernel->kernel_name, source.kernel_name));
+  std::vector<std::string> cached_entries;
+  for (const CompiledEntry& e : lookup.kernel->entries) cached_entries.push_back(e.name);
+  if (cached_entries != entry_names(source))
+    throw Error(ErrorCode::kCacheError,
+                fmt::format("the cache entry for key {:.12} in {} holds the entry points [{}], not [{}]; it was not "
+                            "written by this fa3jit for this spec: run `fa3jit cache clear`",
+                            out.key, impl_->cache.directory(), fmt::join(cached_entries, ", "),
+                            fmt::join(entry_names(source), ", ")));
   out.cache_hit = lookup.hit;
   out.ms = lookup.ms;
   out.compiled = lookup.kernel;

@@ -2,7 +2,7 @@
 //
 // Order of the unit: header comment with the canonical spec; hopper/types.cuh (integer typedefs, TmaDesc);
 // params.h and the layout checks of Params; the generated QuantizeConfig constants; the device templates
-// reached from device/quantize.cuh, each inlined once; the extern "C" entry.
+// reached from device/quantize.cuh, each inlined once; the extern "C" entries, one per pass.
 #include "kernels/quantize_fp8/emit.h"
 
 #include <cstddef>
@@ -79,6 +79,21 @@ std::string kernel_name(const Spec& spec) {
   return fa3jit::kernel_name(kKind, name_token(spec), canonical_string(spec));
 }
 
+namespace {
+struct PassEntry {
+  Pass pass;
+  const char* suffix;
+  const char* enumerator;
+};
+constexpr PassEntry kPassEntries[] = {
+    {kPassQk, "_qk", "kPassQk"}, {kPassVAmax, "_v_amax", "kPassVAmax"}, {kPassVQuant, "_v_quant", "kPassVQuant"}};
+static_assert(kPassEntries[kPassQk].pass == kPassQk && kPassEntries[kPassVAmax].pass == kPassVAmax &&
+                  kPassEntries[kPassVQuant].pass == kPassVQuant,
+              "kPassEntries is indexed by Pass");
+}  // namespace
+
+std::string entry_name(const Spec& spec, Pass pass) { return kernel_name(spec) + kPassEntries[pass].suffix; }
+
 KernelSource emit_kernel(const Spec& spec) {
   validate(spec);
   const Geometry g = derive_geometry(spec);
@@ -93,13 +108,18 @@ KernelSource emit_kernel(const Spec& spec) {
   out += "// ---- generated ----\n";
   out += emit_config(spec, g);
   inline_template("kernels/quantize_fp8/device/quantize.cuh", done, out);
-  out += fmt::format(
-      "// ---- entry point ----\n"
-      "extern \"C\" __global__ void __launch_bounds__({threads}, {min_ctas})\n"
-      "{name}(const __grid_constant__ fa3jit::quantize_fp8::Params params) {{\n"
-      "  fa3jit::quantize_fp8::quantize_fp8_pass<fa3jit::quantize_fp8::QuantizeConfig>(params);\n"
-      "}}\n",
-      fmt::arg("threads", g.num_threads), fmt::arg("min_ctas", g.min_ctas_per_sm), fmt::arg("name", src.kernel_name));
+  out += "// ---- entry points, one per pass ----\n";
+  for (const PassEntry& e : kPassEntries) {
+    src.entries.push_back(entry_name(spec, e.pass));
+    out += fmt::format(
+        "extern \"C\" __global__ void __launch_bounds__({threads}, {min_ctas})\n"
+        "{name}(const __grid_constant__ fa3jit::quantize_fp8::Params params) {{\n"
+        "  fa3jit::quantize_fp8::quantize_fp8_pass<fa3jit::quantize_fp8::QuantizeConfig, "
+        "fa3jit::quantize_fp8::{pass}>(params);\n"
+        "}}\n",
+        fmt::arg("threads", g.num_threads), fmt::arg("min_ctas", g.min_ctas_per_sm),
+        fmt::arg("name", src.entries.back()), fmt::arg("pass", e.enumerator));
+  }
   return src;
 }
 

@@ -55,15 +55,15 @@ Geometry derive_geometry(const Spec& spec) {
   g.k = {spec.k_block_rows, wk, std::max(1, slots / wk)};
   g.v_row_lanes = spec.head_dim_v / 8;
   g.v_rows_per_cta = kVSteps * g.num_threads * 8 / spec.head_dim_v;
-  // device/quantize.cuh: float s_amax[slots], uint32 s_signs[8] (Hadamard only), float s_vmax[warps][head_dim_v],
-  // and with clusters the 8-byte mbarrier of the amax exchange, which ptxas places after the 4-byte arrays at the
-  // next multiple of 8. The V passes share one buffer: the channel amax table of kPassVAmax and, with v_layout
-  // d_major, kPassVQuant's chunk of quantised V (v_rows_per_cta keys x head_dim_v bytes) that it writes out
-  // transposed (device/quantize.cuh).
-  const int v_table = 4 * g.warps_per_cta * spec.head_dim_v;
-  const int v_chunk = spec.v_d_major ? g.v_rows_per_cta * spec.head_dim_v : 0;
-  g.smem_bytes = 4 * slots + (spec.hadamard ? 4 * 8 : 0) + (v_table > v_chunk ? v_table : v_chunk);
-  if (g.cluster_size > 1) g.smem_bytes = (g.smem_bytes + 7) / 8 * 8 + 8;
+  // device/quantize.cuh, each pass its own: kPassQk float s_amax[slots], uint32 s_signs[8] (Hadamard only) and,
+  // with clusters, the 8-byte mbarrier of the amax exchange, which ptxas places after the 4-byte arrays at the
+  // next multiple of 8; kPassVAmax the channel amax table float[warps][head_dim_v]; kPassVQuant, with v_layout
+  // d_major, the chunk of quantised V (v_rows_per_cta keys x head_dim_v bytes) it writes out transposed.
+  int qk = 4 * slots + (spec.hadamard ? 4 * 8 : 0);
+  if (g.cluster_size > 1) qk = (qk + 7) / 8 * 8 + 8;
+  g.smem_bytes[kPassQk] = qk;
+  g.smem_bytes[kPassVAmax] = 4 * g.warps_per_cta * spec.head_dim_v;
+  g.smem_bytes[kPassVQuant] = spec.v_d_major ? g.v_rows_per_cta * spec.head_dim_v : 0;
   return g;
 }
 

@@ -17,6 +17,7 @@
 // d_major a multiple of 32: the warp count is then a multiple of head_dim_v / 64).
 #pragma once
 
+#include "kernels/quantize_fp8/params.h"
 #include "kernels/quantize_fp8/spec.h"
 
 namespace fa3jit::quantize_fp8 {
@@ -57,7 +58,8 @@ struct Geometry {
   BlockGeometry q, k;
   int v_row_lanes;      // head_dim_v / 8
   int v_rows_per_cta;   // kVSteps * num_threads * 8 / head_dim_v
-  int smem_bytes;       // static shared memory: block amax slots, sign bits, V channel table
+  // Static shared memory of each pass's entry point, indexed by Pass (device/quantize.cuh: quantize_fp8_pass).
+  int smem_bytes[kNumPasses];
 };
 
 /// R * head_dim / 1024 (R a multiple of 16, head_dim >= 64: an integer).

@@ -258,7 +258,6 @@ void launch_checked(Runtime& runtime, const Spec& spec, const QuantizeArgs& args
   const CallShape shape = check_shape(spec, g, args);
   const CUcontext ctx = check_device_tensors(spec, args, shape, stream);
   LoadedKernel& kernel = plan_for(runtime, spec);
-  const CUfunction function = kernel.function_for(ctx);
   Params params = make_params(spec, args, shape);
   const auto cu_stream = static_cast<CUstream>(stream);
   // v_descale is zeroed by the first launch, merged into by the second and read by the third. The first waits for
@@ -270,12 +269,13 @@ void launch_checked(Runtime& runtime, const Spec& spec, const QuantizeArgs& args
   LaunchInvariants overlapping = kernel.launch();
   overlapping.waits_for_prerequisites = true;
   overlapping.cluster_x = 1;
-  params.pass = kPassQk;
-  launch_kernel(function, kernel.launch(), shape.qk_grid, &params, cu_stream, "launching the FP8 pre-pass (Q, K)");
-  params.pass = kPassVAmax;
-  launch_kernel(function, overlapping, shape.v_grid, &params, cu_stream, "launching the FP8 pre-pass (V amax)");
-  params.pass = kPassVQuant;
-  launch_kernel(function, overlapping, shape.v_grid, &params, cu_stream, "launching the FP8 pre-pass (V)");
+  // The entries are indexed by Pass (emit.h: entry_name).
+  launch_kernel(kernel.function_for(ctx, kPassQk), kernel.launch(), shape.qk_grid, &params, cu_stream,
+                "launching the FP8 pre-pass (Q, K)");
+  launch_kernel(kernel.function_for(ctx, kPassVAmax), overlapping, shape.v_grid, &params, cu_stream,
+                "launching the FP8 pre-pass (V amax)");
+  launch_kernel(kernel.function_for(ctx, kPassVQuant), overlapping, shape.v_grid, &params, cu_stream,
+                "launching the FP8 pre-pass (V)");
 }
 
 }  // namespace

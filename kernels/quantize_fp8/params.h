@@ -55,13 +55,15 @@ FA3JIT_HOST_DEVICE inline float descale_from_amax(float amax) {
 #endif
 }
 
-/// The three launches of one call, in stream order (launch.cpp; device/quantize.cuh):
+/// The three launches of one call, in stream order, each of its own entry point (emit.h: entry_name;
+/// launch.cpp; device/quantize.cuh):
 ///   kPassQk      Q and K: load, RoPE, Hadamard, block amax, descale, quantise (one pass over the data);
 ///                also zeroes v_descale, the V channel accumulator of the next two passes;
 ///   kPassVAmax   V: per-channel amax of a chunk of tokens, merged into v_descale with red.global.max on the
 ///                bit pattern of descale_from_amax (non-negative floats order as unsigned integers);
 ///   kPassVQuant  V: quantise with the per-channel descale; writes 1 where the accumulator stayed 0.
 enum Pass : int { kPassQk = 0, kPassVAmax = 1, kPassVQuant = 2 };
+inline constexpr int kNumPasses = 3;
 
 // Scalars are 32-bit where launch.cpp bounds them (block and chunk counts < 2^31); element strides 64-bit.
 #define FA3JIT_QUANTIZE_FP8_PARAMS(FIELD)                                                                 \
@@ -95,7 +97,6 @@ enum Pass : int { kPassQk = 0, kPassVAmax = 1, kPassVQuant = 2 };
   FIELD(long long, v8_stride_seq)                                                                         \
   FIELD(long long, v8_stride_head)                                                                        \
   FIELD(unsigned long long, seed)  /* of the Hadamard sign diagonal (hadamard_sign) */                    \
-  FIELD(int, pass)                 /* Pass */                                                             \
   FIELD(int, batch)                                                                                       \
   FIELD(int, seqlen_q)                                                                                    \
   FIELD(int, seqlen_k)                                                                                    \

@@ -541,10 +541,10 @@ TEST_CASE("C ABI: fa3jit_quantize_fp8 launches the three passes with the caller'
   qf::QuantizeArgs args;
   args.dtype = fa3jit::DType::kBf16;
   args.head_dim = args.head_dim_v = 128;
-  CHECK(std::string(r.kernel_name) == qf::kernel_name(qf::spec_for(args, options)));
+  const qf::Spec spec = qf::spec_for(args, options);
+  CHECK(std::string(r.kernel_name) == qf::entry_name(spec, qf::kPassVQuant));  // the last of the three
   qf::Params k;
   std::memcpy(&k, r.params, sizeof(k));
-  CHECK(k.pass == qf::kPassVQuant);  // the last of the three
   CHECK(k.q == p.q.data);
   CHECK(k.k8 == p.k8.data);
   CHECK(k.v_descale == p.v_descale);
@@ -556,14 +556,12 @@ TEST_CASE("C ABI: fa3jit_quantize_fp8 launches the three passes with the caller'
   CHECK(k.rope_cos == nullptr);
   // Only the V passes may overlap the pass before them; the first waits for all earlier work on the stream.
   const FakeCudaLaunch passes[3] = {launch_number(before + 1), launch_number(before + 2), launch_number(before + 3)};
-  int pass_of[3];
+  // Each pass runs its own entry point, in Pass order, with the same parameters.
+  const qf::Pass order[3] = {qf::kPassQk, qf::kPassVAmax, qf::kPassVQuant};
   for (int i = 0; i < 3; ++i) {
-    qf::Params pi;
-    std::memcpy(&pi, passes[i].params, sizeof(pi));
-    pass_of[i] = pi.pass;
+    CHECK(std::string(passes[i].kernel_name) == qf::entry_name(spec, order[i]));
+    CHECK(std::memcmp(passes[i].params, r.params, sizeof(qf::Params)) == 0);
   }
-  CHECK(pass_of[0] == qf::kPassQk);
-  CHECK(pass_of[1] == qf::kPassVAmax);
   CHECK(passes[0].programmatic_serialization == 0);
   CHECK(passes[1].programmatic_serialization == 1);
   CHECK(passes[2].programmatic_serialization == 1);

@@ -29,7 +29,7 @@ using namespace fa3jit;
 namespace {
 
 constexpr std::string_view kMagic = "FA3JITC1";
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 
 const std::string& key_a() {
   static const std::string k = sha256_hex("fa3jit fuzz key A");
@@ -45,18 +45,24 @@ CompiledKernel fixed_kernel() {
   k.kernel_name = "fa3jit_fuzz_fixed_kernel";
   k.cubin = std::string("\x7f" "ELF fixed cubin", 15);
   k.ptx = ".entry fa3jit_fuzz_fixed_kernel";
+  k.entries = {{"fa3jit_fuzz_fixed_kernel", {}}};
   k.log = "fixed";
   k.compile_ms = 1.5;
   return k;
 }
 
+bool same_report(const ResourceReport& a, const ResourceReport& b) {
+  return a.registers == b.registers && a.spill_store_bytes == b.spill_store_bytes &&
+         a.spill_load_bytes == b.spill_load_bytes && a.stack_frame_bytes == b.stack_frame_bytes &&
+         a.static_smem_bytes == b.static_smem_bytes && a.barriers == b.barriers;
+}
+
 bool same_kernel(const CompiledKernel& a, const CompiledKernel& b) {
+  if (a.entries.size() != b.entries.size()) return false;
+  for (size_t i = 0; i < a.entries.size(); ++i)
+    if (a.entries[i].name != b.entries[i].name || !same_report(a.entries[i].report, b.entries[i].report)) return false;
   return a.kernel_name == b.kernel_name && a.cubin == b.cubin && a.ptx == b.ptx && a.log == b.log &&
-         std::memcmp(&a.compile_ms, &b.compile_ms, sizeof(double)) == 0 && a.report.registers == b.report.registers &&
-         a.report.spill_store_bytes == b.report.spill_store_bytes &&
-         a.report.spill_load_bytes == b.report.spill_load_bytes &&
-         a.report.stack_frame_bytes == b.report.stack_frame_bytes &&
-         a.report.static_smem_bytes == b.report.static_smem_bytes && a.report.barriers == b.report.barriers;
+         std::memcmp(&a.compile_ms, &b.compile_ms, sizeof(double)) == 0 && same_report(a.report, b.report);
 }
 
 // ---- the entry format, written down a second time (cubin_cache.cpp's header comment) ---------------------
@@ -76,11 +82,15 @@ std::string raw_sha256(const std::string& data) {
 std::string payload_of(const CompiledKernel& k) {
   std::string p;
   put_str(p, k.kernel_name);
+  put_le(p, k.entries.size(), 4);
+  for (const CompiledEntry& e : k.entries) {
+    put_str(p, e.name);
+    for (int v : {e.report.registers, e.report.spill_store_bytes, e.report.spill_load_bytes, e.report.stack_frame_bytes,
+                  e.report.static_smem_bytes, e.report.barriers})
+      put_le(p, static_cast<uint32_t>(v), 4);
+  }
   put_str(p, k.cubin);
   put_str(p, k.ptx);
-  for (int v : {k.report.registers, k.report.spill_store_bytes, k.report.spill_load_bytes, k.report.stack_frame_bytes,
-                k.report.static_smem_bytes, k.report.barriers})
-    put_le(p, static_cast<uint32_t>(v), 4);
   put_str(p, k.log);
   uint64_t bits = 0;
   std::memcpy(&bits, &k.compile_ms, sizeof(bits));
@@ -130,11 +140,20 @@ std::optional<CompiledKernel> reference_decode(std::string_view bytes, const std
   Cursor p{payload};
   CompiledKernel k;
   k.kernel_name = p.str();
+  const uint64_t num_entries = p.le(4);
+  if (!p.ok || num_entries == 0 || num_entries > 64) return std::nullopt;
+  for (uint64_t i = 0; i < num_entries; ++i) {
+    CompiledEntry e;
+    e.name = p.str();
+    for (int* v : {&e.report.registers, &e.report.spill_store_bytes, &e.report.spill_load_bytes,
+                   &e.report.stack_frame_bytes, &e.report.static_smem_bytes, &e.report.barriers})
+      *v = static_cast<int>(static_cast<uint32_t>(p.le(4)));
+    if (!p.ok || e.name.empty()) return std::nullopt;
+    k.entries.push_back(std::move(e));
+  }
+  k.report = combined_report(k.entries);
   k.cubin = p.str();
   k.ptx = p.str();
-  for (int* v : {&k.report.registers, &k.report.spill_store_bytes, &k.report.spill_load_bytes,
-                 &k.report.stack_frame_bytes, &k.report.static_smem_bytes, &k.report.barriers})
-    *v = static_cast<int>(static_cast<uint32_t>(p.le(4)));
   k.log = p.str();
   const uint64_t bits = p.le(8);
   std::memcpy(&k.compile_ms, &bits, sizeof(bits));
@@ -148,9 +167,15 @@ std::string structured_entry(FuzzedDataProvider& in) {
   k.kernel_name = in.ConsumeRandomLengthString(80);
   k.cubin = in.ConsumeRandomLengthString(256);
   k.ptx = in.ConsumeRandomLengthString(64);
-  for (int* v : {&k.report.registers, &k.report.spill_store_bytes, &k.report.spill_load_bytes,
-                 &k.report.stack_frame_bytes, &k.report.static_smem_bytes, &k.report.barriers})
-    *v = in.ConsumeIntegral<int>();
+  const int num_entries = in.ConsumeIntegralInRange<int>(0, 4);  // 0: a payload the reader must refuse
+  for (int i = 0; i < num_entries; ++i) {
+    CompiledEntry e;
+    e.name = in.ConsumeRandomLengthString(40);
+    for (int* v : {&e.report.registers, &e.report.spill_store_bytes, &e.report.spill_load_bytes,
+                   &e.report.stack_frame_bytes, &e.report.static_smem_bytes, &e.report.barriers})
+      *v = in.ConsumeIntegral<int>();
+    k.entries.push_back(std::move(e));
+  }
   k.log = in.ConsumeRandomLengthString(64);
   k.compile_ms = in.ConsumeFloatingPoint<double>();
   std::string payload = payload_of(k);

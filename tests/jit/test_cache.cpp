@@ -48,6 +48,7 @@ CompiledKernel fake_kernel(const std::string& name, const std::string& tag) {
   k.report.stack_frame_bytes = 16;
   k.report.static_smem_bytes = 9216;
   k.report.barriers = 1;
+  k.entries = {{name, k.report}};
   k.log = "ptxas info    : Used 168 registers for " + tag;
   k.compile_ms = 12.5;
   return k;
@@ -103,6 +104,12 @@ void check_equal(const CompiledKernel& a, const CompiledKernel& b) {
   CHECK(a.report.stack_frame_bytes == b.report.stack_frame_bytes);
   CHECK(a.report.static_smem_bytes == b.report.static_smem_bytes);
   CHECK(a.report.barriers == b.report.barriers);
+  REQUIRE(a.entries.size() == b.entries.size());
+  for (size_t i = 0; i < a.entries.size(); ++i) {
+    CHECK(a.entries[i].name == b.entries[i].name);
+    CHECK(a.entries[i].report.registers == b.entries[i].report.registers);
+    CHECK(a.entries[i].report.static_smem_bytes == b.entries[i].report.static_smem_bytes);
+  }
 }
 
 // Captures log lines at the given level for the lifetime of the object.
@@ -257,6 +264,24 @@ TEST_CASE("miss, then memory hit, then disk hit from a new cache object", "[cach
   CHECK(entries[0].key == key);
   CHECK(entries[0].kernel_name == "fa3jit_fwd_test");
   CHECK(entries[0].bytes == static_cast<int64_t>(fs::file_size(entry_path(tmp.path, key))));
+}
+
+TEST_CASE("a kernel of several entry points comes back from disk with each entry's report", "[cache]") {
+  TempDir tmp;
+  CompiledKernel k = fake_kernel("fa3jit_passes", "passes");
+  ResourceReport small;
+  small.registers = 40;
+  small.spill_store_bytes = small.spill_load_bytes = small.stack_frame_bytes = small.barriers = 0;
+  small.static_smem_bytes = 0;
+  k.entries = {{"fa3jit_passes_a", k.report}, {"fa3jit_passes_b", small}};
+  const std::string key = key_for("spec-passes");
+  CubinCache(tmp.path).get_or_compile(key, [&] { return k; });
+  const CacheLookup back = CubinCache(tmp.path).get_or_compile(key, [] { return fake_kernel("wrong", "wrong"); });
+  CHECK(back.from_disk);
+  REQUIRE(back.kernel);
+  check_equal(*back.kernel, k);
+  CHECK(back.kernel->entries[1].report.registers == 40);
+  CHECK(back.kernel->report.registers == 168);  // the largest over the entries
 }
 
 TEST_CASE("missing parent directories are created, private to the user", "[cache]") {

@@ -33,6 +33,7 @@ constexpr uid_t kNobody = 65534;
 CompiledKernel kernel_named(const std::string& name) {
   CompiledKernel k;
   k.kernel_name = name;
+  k.entries = {{name, {}}};
   k.cubin = std::string(4096, '\0') + "cubin-of-" + name;  // larger than the injected file size limit
   k.log = "ptxas info: " + name;
   return k;

@@ -24,6 +24,7 @@ namespace {
 CompiledKernel kernel_named(const std::string& name) {
   CompiledKernel k;
   k.kernel_name = name;
+  k.entries = {{name, {}}};
   k.cubin = "cubin-of-" + name;
   return k;
 }

@@ -25,6 +25,7 @@ using ScratchDir = fa3jit::test::TempDir;
 CompiledKernel kernel_named(const std::string& name) {
   CompiledKernel k;
   k.kernel_name = name;
+  k.entries = {{name, {}}};
   k.cubin = std::string("\x7f" "ELF-cubin-of-") + name;
   k.ptx = ".entry " + name;
   return k;

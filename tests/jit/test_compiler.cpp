@@ -107,6 +107,46 @@ TEST_CASE("compile_kernel builds a real sm_90a cubin with a ptxas report", "[com
   CHECK(k.compile_ms > 0.0);
 }
 
+TEST_CASE("compile_kernel builds every entry of a several-entry source, each with its own report", "[compiler][nvrtc]") {
+  // Two functions of different register and shared-memory needs, compiled as separate ptxas functions.
+  const std::string code =
+      "extern \"C\" __global__ void fa3jit_two_small(float* o) { o[threadIdx.x] = 1.0f; }\n"
+      "extern \"C\" __global__ void fa3jit_two_smem(float* o) {\n"
+      "  __shared__ float s[1024];\n"
+      "  s[threadIdx.x] = o[threadIdx.x];\n"
+      "  __syncthreads();\n"
+      "  o[threadIdx.x] = s[1023 - threadIdx.x];\n"
+      "}\n";
+  KernelSource src{"fa3jit_two", code, {"fa3jit_two_small", "fa3jit_two_smem"}};
+  CHECK(entry_names(src) == std::vector<std::string>{"fa3jit_two_small", "fa3jit_two_smem"});
+  CHECK(entry_names(KernelSource{"one", "", {}}) == std::vector<std::string>{"one"});
+  CHECK(split_compile_flag(KernelSource{"one", "", {}}).empty());
+  CHECK(std::regex_match(split_compile_flag(src), std::regex(R"(--split-compile=[12])")));
+
+  const CompiledKernel k = compile_kernel(src);
+  CHECK(k.kernel_name == "fa3jit_two");
+  REQUIRE(k.entries.size() == 2);
+  CHECK(k.entries[0].name == "fa3jit_two_small");
+  CHECK(k.entries[1].name == "fa3jit_two_smem");
+  CHECK(k.entries[0].report.static_smem_bytes == 0);
+  CHECK(k.entries[1].report.static_smem_bytes == 4096);
+  CHECK(k.entries[0].report.registers > 0);
+  CHECK(k.entries[1].report.barriers == 1);
+  // The kernel's report is the largest of each field.
+  CHECK(k.report.static_smem_bytes == 4096);
+  CHECK(k.report.registers == std::max(k.entries[0].report.registers, k.entries[1].report.registers));
+  CHECK(k.report.barriers == 1);
+
+  src.entries.push_back("fa3jit_two_missing");
+  try {
+    compile_kernel(src);
+    FAIL("a source missing one of its entries was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kCompileFailed);
+    CHECK(std::string(e.what()).find("fa3jit_two_missing") != std::string::npos);
+  }
+}
+
 TEST_CASE("compile_kernel reports a syntax error as kCompileFailed with the NVRTC log", "[compiler][nvrtc]") {
   const KernelSource bad{"fa3jit_test_bad", "extern \"C\" __global__ void fa3jit_test_bad(float* o) { o[0] = 1.0f }"};
   try {

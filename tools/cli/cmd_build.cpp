@@ -1,5 +1,6 @@
 // `fa3jit emit`, `fa3jit compile` and `fa3jit cache list|clear`: everything that needs no GPU. emit and compile
 // take a spec of any kernel family (jit/family.h).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -55,6 +56,13 @@ void print_kernel_report(const PreparedKernel& kernel) {
   fmt::print("static smem     {}\n", reported(r.static_smem_bytes, " B"));
   fmt::print("dynamic smem    {} B\n", kernel.request.launch.smem_bytes);
   fmt::print("threads         {}\n", kernel.request.launch.num_threads);
+  // The figures above are the largest over the entry points; a kernel of several shows each one's.
+  if (kernel.compiled->entries.size() > 1) {
+    for (const CompiledEntry& e : kernel.compiled->entries)
+      fmt::print("entry           {}: {} registers, {} static smem, {} spilled\n", e.name, reported(e.report.registers, ""),
+                 reported(e.report.static_smem_bytes, " B"),
+                 reported(std::max(e.report.spill_store_bytes, e.report.spill_load_bytes), " B"));
+  }
 }
 
 int cmd_emit(const GlobalOptions&, const EmitOptions& options) {

@@ -1,6 +1,7 @@
 // FP8 pre-pass kernel body (FA3 paper §3.3: incoherent processing and block quantisation): 16-bit Q, K, V ->
-// e4m3 q8, k8, v8 and fp32 descales (layouts: params.h). One kernel, launched three times in stream order with
-// Params::pass = kPassQk, kPassVAmax, kPassVQuant (launch.cpp):
+// e4m3 q8, k8, v8 and fp32 descales (layouts: params.h). Three passes, each an entry point of its own that
+// instantiates quantize_fp8_pass<Cfg, kPass>, launched in stream order kPassQk, kPassVAmax, kPassVQuant
+// (launch.cpp):
 //
 // kPassQk (one CTA cluster = cluster_size CTAs, its warps cut into blocks of warps_per_block warps, geometry.h)
 //   1. each thread issues the 16-byte loads of its row (device/layout.cuh), the CTA computes the Hadamard
@@ -24,7 +25,7 @@
 //   accumulator stayed 0 (an all-zero channel, quantised to 0 with any descale).
 //
 // The generator (kernels/quantize_fp8/emit.cpp) emits, before this file, struct QuantizeConfig (geometry.h),
-// and after it the extern "C" entry point taking `const __grid_constant__ Params`.
+// and after it the extern "C" entry points taking `const __grid_constant__ Params`, one per pass.
 #pragma once
 
 #include "hopper/cluster.cuh"
@@ -361,23 +362,18 @@ __device__ __forceinline__ void v_quantize(const Params& p, uint8_t* staging) {
 
 // ---- the entry point's body ---------------------------------------------------------------------------------
 
-template <class Cfg>
+template <class Cfg, Pass kPass>
 __device__ __forceinline__ void quantize_fp8_pass(const Params& p) {
   static_assert(Cfg::kNumThreads == 32 * Cfg::kWarps, "whole warps");
   static_assert(Cfg::kHeadDim % 64 == 0 && Cfg::kHeadDimV % 64 == 0, "head dims 64, 128, 256");
-  __shared__ float s_amax[Cfg::kClusterSize * Cfg::kWarps];
-  __shared__ uint32_t s_signs[8];
-  __shared__ __align__(8) unsigned long long s_amax_bar;  // kPassQk with clusters: the amax exchange's mbarrier
-  // The V passes share one buffer (geometry.cpp: smem_bytes): kPassVAmax's channel table, kPassVQuant's d_major chunk.
-  constexpr int kVTableBytes = 4 * Cfg::kWarps * Cfg::kHeadDimV;
-  constexpr int kVChunkBytes = Cfg::kVDMajor ? Cfg::kVRowsPerCta * Cfg::kHeadDimV : 0;
-  // Floats (4-byte aligned, as the chunk's 32-bit stores need): no alignment padding beside the other arrays.
-  __shared__ float s_vbuf[(kVTableBytes > kVChunkBytes ? kVTableBytes : kVChunkBytes) / 4];
-  auto s_vmax = reinterpret_cast<float (*)[Cfg::kHeadDimV]>(s_vbuf);
   // The V passes are launched with programmatic stream serialization (launch.cpp): the next pass's CTAs may take
   // the SMs this grid's last wave leaves, load their V and wait (griddepcontrol.wait) for this grid to complete.
-  if (p.pass != kPassVQuant) launch_dependent_grids();
-  if (p.pass == kPassQk) {
+  if constexpr (kPass != kPassVQuant) launch_dependent_grids();
+  // Each pass declares only its own shared memory (geometry.cpp: smem_bytes, per pass).
+  if constexpr (kPass == kPassQk) {
+    __shared__ float s_amax[Cfg::kClusterSize * Cfg::kWarps];
+    __shared__ uint32_t s_signs[8];
+    __shared__ __align__(8) unsigned long long s_amax_bar;  // with clusters: the amax exchange's mbarrier
     // Zero the V accumulator: the next launches merge into it (grid-stride; any CTA may take any part).
     for (long long i = static_cast<long long>(blockIdx.x) * Cfg::kNumThreads + threadIdx.x; i < p.v_descale_count;
          i += static_cast<long long>(gridDim.x) * Cfg::kNumThreads)
@@ -389,10 +385,14 @@ __device__ __forceinline__ void quantize_fp8_pass(const Params& p) {
       quantize_qk_blocks<Cfg, typename Cfg::KBlocks>(p, k_tensor(p), cluster - p.q_clusters, s_amax, s_signs,
                                                       smem_u32(&s_amax_bar));
     }
-  } else if (p.pass == kPassVAmax) {
+  } else if constexpr (kPass == kPassVAmax) {
+    __shared__ float s_vmax[Cfg::kWarps][Cfg::kHeadDimV];
     v_channel_amax<Cfg>(p, s_vmax);
   } else {
-    v_quantize<Cfg>(p, reinterpret_cast<uint8_t*>(s_vbuf));
+    // With v_layout d_major, the chunk of quantised V written out transposed; in 32-bit words, as its stores need.
+    constexpr int kVChunkWords = Cfg::kVDMajor ? Cfg::kVRowsPerCta * Cfg::kHeadDimV / 4 : 1;
+    __shared__ uint32_t s_vchunk[kVChunkWords];
+    v_quantize<Cfg>(p, reinterpret_cast<uint8_t*>(s_vchunk));
   }
 }
 

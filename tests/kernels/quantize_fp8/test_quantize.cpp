@@ -259,7 +259,7 @@ TEST_CASE("quantize geometry: every block size and head dim packs into a legal C
             CHECK(b->blocks_per_cluster * b->warps_per_block <= g.cluster_size * g.warps_per_cta);
           }
           CHECK(g.v_rows_per_cta == qf::kVSteps * g.num_threads * 8 / s.head_dim_v);
-          CHECK(g.smem_bytes <= 48 * 1024);
+          for (int pass = 0; pass < qf::kNumPasses; ++pass) CHECK(g.smem_bytes[pass] <= 48 * 1024);
         }
   // The common cases need no cluster and waste no warp.
   const qf::Geometry d128 = qf::derive_geometry(qf::default_spec(DType::kBf16, 128, 128));
@@ -778,16 +778,25 @@ TEST_CASE("quantize emission: the unit is self-contained and checks the Params l
   CHECK(src.code.find("static_assert(sizeof(fa3jit::quantize_fp8::Params) == " + std::to_string(sizeof(qf::Params))) !=
         std::string::npos);
   const std::vector<fa3jit::FieldLayout> layout = qf::params_layout();
-  CHECK(layout.size() == 44);
+  CHECK(layout.size() == 43);
   for (const fa3jit::FieldLayout& f : layout) {
     INFO(f.name);
     CHECK(src.code.find("fa3jit::quantize_fp8::Params::" + std::string(f.name) + ": offset differs") !=
           std::string::npos);
   }
   const qf::Geometry g = qf::derive_geometry(spec);
-  CHECK(src.code.find("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(g.num_threads) + ", " +
-                      std::to_string(g.min_ctas_per_sm) + ")\n" + src.kernel_name +
-                      "(const __grid_constant__ fa3jit::quantize_fp8::Params params)") != std::string::npos);
+  // One entry per pass, in Pass order, each instantiating its pass.
+  REQUIRE(src.entries.size() == qf::kNumPasses);
+  const char* enumerators[] = {"kPassQk", "kPassVAmax", "kPassVQuant"};
+  for (int pass = 0; pass < qf::kNumPasses; ++pass) {
+    CHECK(src.entries[pass] == qf::entry_name(spec, static_cast<qf::Pass>(pass)));
+    CHECK(src.code.find("extern \"C\" __global__ void __launch_bounds__(" + std::to_string(g.num_threads) + ", " +
+                        std::to_string(g.min_ctas_per_sm) + ")\n" + src.entries[pass] +
+                        "(const __grid_constant__ fa3jit::quantize_fp8::Params params) {\n"
+                        "  fa3jit::quantize_fp8::quantize_fp8_pass<fa3jit::quantize_fp8::QuantizeConfig, "
+                        "fa3jit::quantize_fp8::" + enumerators[pass] + ">(params);") != std::string::npos);
+  }
+  CHECK(qf::entry_name(spec, qf::kPassQk) == src.kernel_name + "_qk");
   for (const char* file : {"// ---- kernels/quantize_fp8/device/quantize.cuh", "// ---- kernels/quantize_fp8/device/layout.cuh",
                            "// ---- kernels/quantize_fp8/params.h"}) {
     const auto first = src.code.find(file);
@@ -827,12 +836,19 @@ TEST_CASE("quantize emission: compiles with NVRTC without spills", "[quantize][e
     const fa3jit::CompiledKernel compiled = fa3jit::compile_kernel(src);
     CHECK(compiled.kernel_name == src.kernel_name);
     CHECK_FALSE(compiled.cubin.empty());
-    CHECK(compiled.report.registers > 0);
-    CHECK(compiled.report.registers * g.num_threads * g.min_ctas_per_sm <= qf::kRegistersPerSm);
-    CHECK(compiled.report.spill_store_bytes == 0);
-    CHECK(compiled.report.spill_load_bytes == 0);
-    CHECK(compiled.report.stack_frame_bytes == 0);
-    CHECK(compiled.report.static_smem_bytes == g.smem_bytes);
+    // One entry per pass, in Pass order, each with only its own shared memory.
+    REQUIRE(compiled.entries.size() == qf::kNumPasses);
+    for (int pass = 0; pass < qf::kNumPasses; ++pass) {
+      const fa3jit::CompiledEntry& e = compiled.entries[pass];
+      INFO(e.name);
+      CHECK(e.name == qf::entry_name(spec, static_cast<qf::Pass>(pass)));
+      CHECK(e.report.registers > 0);
+      CHECK(e.report.registers * g.num_threads * g.min_ctas_per_sm <= qf::kRegistersPerSm);
+      CHECK(e.report.spill_store_bytes == 0);
+      CHECK(e.report.spill_load_bytes == 0);
+      CHECK(e.report.stack_frame_bytes == 0);
+      CHECK(e.report.static_smem_bytes == g.smem_bytes[pass]);
+    }
     CHECK(compiled.ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
     CHECK(compiled.ptx.find("red.relaxed.gpu.global.max.u32") != std::string::npos);
     CHECK(compiled.ptx.find("ld.global.nc.L1::no_allocate.v4") != std::string::npos);
@@ -1058,17 +1074,18 @@ TEST_CASE("quantize launch: arguments are checked before any driver call", "[qua
   CHECK(n.v == 2 * 2 * 128);
 }
 
-TEST_CASE("quantize spec field v_layout: d_major names its own kernel and shares the V buffer", "[quantize][spec]") {
+TEST_CASE("quantize spec field v_layout: d_major names its own kernel and sizes the V pass's chunk", "[quantize][spec]") {
   const qf::Spec d_major = qf::parse_spec(std::string(R"({"dtype":"bf16","head_dim":128,"v_layout":"d_major"})"));
   const qf::Spec seq = qf::parse_spec(std::string(R"({"dtype":"bf16","head_dim":128})"));
   CHECK(d_major.v_d_major);
   CHECK_FALSE(seq.v_d_major);
   CHECK(qf::canonical_string(d_major) != qf::canonical_string(seq));
   CHECK(qf::name_token(d_major) == qf::name_token(seq) + "_vt");
-  // kPassVQuant's chunk (v_rows_per_cta keys x head_dim_v bytes) shares the buffer of kPassVAmax's channel table.
+  // kPassVQuant's chunk (v_rows_per_cta keys x head_dim_v bytes) is its entry's shared memory.
   const qf::Geometry g = qf::derive_geometry(d_major);
-  CHECK(g.smem_bytes >= g.v_rows_per_cta * d_major.head_dim_v);
-  CHECK(g.smem_bytes <= 48 * 1024);
+  CHECK(g.smem_bytes[qf::kPassVQuant] == g.v_rows_per_cta * d_major.head_dim_v);
+  CHECK(g.smem_bytes[qf::kPassVQuant] <= 48 * 1024);
+  CHECK(qf::derive_geometry(seq).smem_bytes[qf::kPassVQuant] == 0);
   // Every d_major geometry writes whole 32-key rows per V chunk (write_v_d_major's static_assert), whatever the
   // Q/K block sizes make of the warp count.
   for (int d : {64, 128, 256})
@@ -1084,7 +1101,7 @@ TEST_CASE("quantize spec field v_layout: d_major names its own kernel and shares
             const qf::Geometry gd = qf::derive_geometry(spec);
             INFO(qf::spec_summary(spec));
             CHECK(gd.v_rows_per_cta % 32 == 0);
-            CHECK(gd.smem_bytes <= 48 * 1024);
+            CHECK(gd.smem_bytes[qf::kPassVQuant] <= 48 * 1024);
           }
   try {
     qf::parse_spec(std::string(R"({"dtype":"bf16","head_dim":128,"v_layout":"transposed"})"));
