@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <string_view>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -104,23 +103,25 @@ const std::vector<std::string>& default_compile_flags() {
   return flags;
 }
 
-std::string split_compile_flag(const KernelSource& source) {
+std::vector<std::string> compile_flags(const KernelSource& source) {
+  std::vector<std::string> flags = default_compile_flags();
   const size_t entries = entry_names(source).size();
-  if (entries < 2) return {};
-  const size_t threads = std::max<size_t>(1, std::thread::hardware_concurrency());
-  return fmt::format("--split-compile={}", std::min(entries, threads));
+  if (entries > 1) flags.push_back(fmt::format("--split-compile={}", entries));
+  return flags;
 }
 
 ResourceReport combined_report(const std::vector<CompiledEntry>& entries) {
-  ResourceReport out;
+  if (entries.empty()) return {};
+  ResourceReport out = entries.front().report;
+  const auto merge = [](int& into, int value) { into = (into < 0 || value < 0) ? -1 : std::max(into, value); };
   for (const CompiledEntry& e : entries) {
     const ResourceReport& r = e.report;
-    out.registers = std::max(out.registers, r.registers);
-    out.spill_store_bytes = std::max(out.spill_store_bytes, r.spill_store_bytes);
-    out.spill_load_bytes = std::max(out.spill_load_bytes, r.spill_load_bytes);
-    out.stack_frame_bytes = std::max(out.stack_frame_bytes, r.stack_frame_bytes);
-    out.static_smem_bytes = std::max(out.static_smem_bytes, r.static_smem_bytes);
-    out.barriers = std::max(out.barriers, r.barriers);
+    merge(out.registers, r.registers);
+    merge(out.spill_store_bytes, r.spill_store_bytes);
+    merge(out.spill_load_bytes, r.spill_load_bytes);
+    merge(out.stack_frame_bytes, r.stack_frame_bytes);
+    merge(out.static_smem_bytes, r.static_smem_bytes);
+    merge(out.barriers, r.barriers);
   }
   return out;
 }
@@ -132,19 +133,20 @@ std::string nvrtc_version_string() {
   return fmt::format("{}.{}", major, minor);
 }
 
+CompiledKernel compile_kernel(const KernelSource& source) { return compile_kernel(source, compile_flags(source)); }
+
 CompiledKernel compile_kernel(const KernelSource& source, const std::vector<std::string>& flags) {
   if (source.kernel_name.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
-                "KernelSource.kernel_name is empty; it must name the extern \"C\" __global__ entry point");
+                "KernelSource.kernel_name is empty; it must name the unit (and its extern \"C\" __global__ entry point "
+                "when KernelSource.entries is empty)");
   }
   const auto start = std::chrono::steady_clock::now();
 
   Program program(source);
   std::vector<const char*> options;
-  options.reserve(flags.size() + 1);
+  options.reserve(flags.size());
   for (const std::string& f : flags) options.push_back(f.c_str());
-  const std::string split = split_compile_flag(source);
-  if (!split.empty()) options.push_back(split.c_str());
 
   const nvrtcResult compiled =
       nvrtcCompileProgram(program.get(), static_cast<int>(options.size()), options.data());
@@ -153,7 +155,7 @@ CompiledKernel compile_kernel(const KernelSource& source, const std::vector<std:
   if (compiled != NVRTC_SUCCESS) {
     throw Error(ErrorCode::kCompileFailed,
                 fmt::format("NVRTC could not compile kernel '{}' ({}); flags: {}\n{}", source.kernel_name,
-                            nvrtcGetErrorString(compiled), fmt::join(options, " "), log));
+                            nvrtcGetErrorString(compiled), fmt::join(flags, " "), log));
   }
 
   CompiledKernel out;

@@ -37,18 +37,19 @@ struct CompiledKernel {
 };
 
 /// The report of a kernel with these entries: the largest of each field over them (registers, spills, stack,
-/// static shared memory, barriers; -1 only where no entry reported the field).
+/// static shared memory, barriers), or -1 where any entry did not report the field (a missing report is not
+/// hidden behind another entry's figure).
 ResourceReport combined_report(const std::vector<CompiledEntry>& entries);
 
 /// NVRTC options used for every kernel: sm_90a, -O3 equivalent, --use_fast_math, -DNDEBUG, -std=c++17,
 /// -Xptxas -v (report), --no-cache (the driver compute cache would otherwise swallow the ptxas report).
-/// compile_kernel adds --split-compile for a source with several entries (split_compile_flag).
 const std::vector<std::string>& default_compile_flags();
 
-/// "--split-compile=N" for a source with several entry points, N = min(entries, the host's hardware threads): NVRTC
-/// then runs ptxas on the functions concurrently, each compiled as it would be alone (the cubin does not depend on
-/// N). "" for one entry.
-std::string split_compile_flag(const KernelSource& source);
+/// Every NVRTC option of `source`'s compile (what compile_kernel(source) passes and the cache key hashes): the
+/// default flags and, for a source of N > 1 entry points, "--split-compile=N", so that ptxas compiles the functions
+/// on N threads. N is the entry count, not the host's core count: the SASS ptxas writes depends on N (register
+/// allocation differs between 1, 2 and 3), so it must be the same on every host that shares a cache.
+std::vector<std::string> compile_flags(const KernelSource& source);
 
 /// "13.0" etc., from nvrtcVersion.
 std::string nvrtc_version_string();
@@ -56,10 +57,10 @@ std::string nvrtc_version_string();
 /// Target architecture string baked into cache keys ("sm_90a").
 inline constexpr const char* kTargetArch = "sm_90a";
 
-/// Compiles with NVRTC (`flags` and split_compile_flag(source)). Throws Error(kCompileFailed) with the NVRTC log
-/// on failure or when an entry of the source is missing from the PTX; every NVRTC return code is checked.
-CompiledKernel compile_kernel(const KernelSource& source,
-                              const std::vector<std::string>& flags = default_compile_flags());
+/// Compiles with NVRTC, with compile_flags(source), or exactly `flags`. Throws Error(kCompileFailed) with the
+/// NVRTC log on failure or when an entry of the source is missing from the PTX; every NVRTC return code is checked.
+CompiledKernel compile_kernel(const KernelSource& source);
+CompiledKernel compile_kernel(const KernelSource& source, const std::vector<std::string>& flags);
 
 /// Parses ptxas "-v" lines of `log` for `kernel_name` (the lines after "Compiling entry function '<name>'").
 ResourceReport parse_ptxas_report(const std::string& log, const std::string& kernel_name);

@@ -119,6 +119,11 @@ std::string sha256_raw(std::string_view data) {
 }
 
 std::string encode_entry(const std::string& key, const CompiledKernel& k) {
+  // decode_entry refuses any other count: such an entry would be rebuilt on every read.
+  if (k.entries.empty() || k.entries.size() > kMaxEntryPoints) {
+    throw Error(ErrorCode::kInternal, fmt::format("kernel '{}' has {} entry points; a cache entry holds 1 to {}",
+                                                  k.kernel_name, k.entries.size(), kMaxEntryPoints));
+  }
   std::string payload;
   put_str(payload, k.kernel_name);
   put_u32(payload, static_cast<uint32_t>(k.entries.size()));
@@ -466,6 +471,9 @@ std::string cache_key(const std::string& canonical_spec, const std::string& sour
   // Length prefixes (and the flag count) make the encoding injective: {"ab"} and {"a","b"} differ.
   std::string buf;
   put_str(buf, "fa3jit-cache-v1");
+  // The entry format too: builds of different formats use different keys, so processes of both sharing one
+  // directory never reject and rewrite each other's entries.
+  put_u64(buf, kEntryFormatVersion);
   put_str(buf, canonical_spec);
   put_str(buf, source);
   put_u64(buf, flags.size());

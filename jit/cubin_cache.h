@@ -7,8 +7,8 @@
 // fsynced, renamed into place; temp files left by writers that died are removed by the next publish. It
 // carries a magic, a format version, a SHA-256 of its payload and the key itself, all verified on read.
 // A torn, truncated, corrupted or foreign entry (another key, an older entry format) is treated as a miss and
-// rebuilt, with one warning per cache object. An entry of another generator or NVRTC version has another key and is
-// never looked up.
+// rebuilt, with one warning per cache object. An entry of another generator, NVRTC or entry-format version has
+// another key and is never looked up.
 #pragma once
 
 #include <atomic>
@@ -29,7 +29,8 @@ namespace fa3jit {
 /// Hex SHA-256 of `data`.
 std::string sha256_hex(const std::string& data);
 
-/// Cache key over the canonical inputs (each field length-prefixed, so no two inputs collide by concatenation).
+/// Cache key over the canonical inputs (each field length-prefixed, so no two inputs collide by concatenation) and
+/// the entry format version. `flags` are every NVRTC option of the compile (compile_flags(source)).
 std::string cache_key(const std::string& canonical_spec, const std::string& source,
                       const std::vector<std::string>& flags, const std::string& nvrtc_version,
                       const std::string& target_arch, const std::string& generator_version);

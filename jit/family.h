@@ -75,7 +75,8 @@ SpecDocument load_spec_document(const std::string& path);
 /// The family's request for a document.
 KernelRequest request_for(const SpecDocument& document);
 
-/// The entry-point name of a kernel: "fa3jit_<kind>_<token>_<hash8>", where token is the family's short
+/// The name of a kernel (its entry point, or the prefix of its entry points where a family emits several,
+/// KernelSource::entries): "fa3jit_<kind>_<token>_<hash8>", where token is the family's short
 /// description (e.g. "bf16_d128_causal") and hash8 the first 8 hex digits of SHA-256 over the canonical spec.
 /// Derived, never listed field by field: two canonical specs never share a name.
 std::string kernel_name(std::string_view kind, std::string_view token, const std::string& canonical);

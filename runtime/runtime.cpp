@@ -55,7 +55,7 @@ void* Runtime::state_slot(int index, std::shared_ptr<void> (*make)()) {
 }
 
 std::string Runtime::kernel_key(const KernelRequest& request) {
-  return cache_key(request.canonical, request.source.code, default_compile_flags(), nvrtc_version_string(),
+  return cache_key(request.canonical, request.source.code, compile_flags(request.source), nvrtc_version_string(),
                    kTargetArch, kGeneratorVersion);
 }
 

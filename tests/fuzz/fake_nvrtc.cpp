@@ -5,21 +5,51 @@
 // matter there (the fake driver loads any image). With every multiple of 8 a valid head dim and the serving and
 // variant fields in the struct, almost every new input names a shape class never compiled before, and a real
 // compile (about 0.5 s) per class made the harness run at about 170 inputs per second instead of tens of
-// thousands. "Compiling" here returns at once: a PTX text with the entry the runtime checks for, a placeholder
-// cubin and a ptxas-style report. nvrtcVersion says 0.1, so these entries have cache keys no real compile has.
+// thousands. "Compiling" here returns at once: a PTX text with every entry point the source defines (each
+// `extern "C" __global__` function, the runtime checks for them), a placeholder cubin and a ptxas-style report per
+// entry. nvrtcVersion says 0.1, so these entries have cache keys no real compile has.
 // The emitted source still comes from the real generator (spec -> emit), which fuzz_spec covers with NVRTC out
 // of the loop too.
 #include <nvrtc.h>
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
 struct FakeProgram {
-  std::string entry;  // the kernel name: the program's file name without ".cu"
+  std::string entry;   // the kernel name: the program's file name without ".cu"
+  std::string source;
   std::string ptx, cubin, log;
 };
+
+bool is_identifier_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// The names of the source's `extern "C" __global__ void [__launch_bounds__(...)] NAME(` functions, in order.
+std::vector<std::string> entry_points(const std::string& src) {
+  static const std::string marker = "extern \"C\" __global__ void";
+  std::vector<std::string> names;
+  for (size_t at = src.find(marker); at != std::string::npos; at = src.find(marker, at + 1)) {
+    size_t i = at + marker.size();
+    const auto skip_space = [&] {
+      while (i < src.size() && (src[i] == ' ' || src[i] == '\n' || src[i] == '\t')) ++i;
+    };
+    skip_space();
+    if (src.compare(i, 17, "__launch_bounds__") == 0) {
+      i = src.find(')', i);
+      if (i == std::string::npos) break;
+      ++i;
+      skip_space();
+    }
+    const size_t begin = i;
+    while (i < src.size() && is_identifier_char(src[i])) ++i;
+    if (i > begin) names.push_back(src.substr(begin, i - begin));
+  }
+  return names;
+}
 
 FakeProgram* program_of(nvrtcProgram prog) { return reinterpret_cast<FakeProgram*>(prog); }
 
@@ -49,6 +79,7 @@ nvrtcResult nvrtcCreateProgram(nvrtcProgram* prog, const char* src, const char* 
   if (prog == nullptr || src == nullptr) return NVRTC_ERROR_INVALID_INPUT;
   auto* p = new FakeProgram;
   p->entry = name != nullptr ? name : "kernel";
+  p->source = src;
   if (p->entry.size() > 3 && p->entry.compare(p->entry.size() - 3, 3, ".cu") == 0) p->entry.resize(p->entry.size() - 3);
   *prog = reinterpret_cast<nvrtcProgram>(p);
   return NVRTC_SUCCESS;
@@ -64,12 +95,18 @@ nvrtcResult nvrtcDestroyProgram(nvrtcProgram* prog) {
 nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int, const char* const*) {
   FakeProgram* p = program_of(prog);
   if (p == nullptr) return NVRTC_ERROR_INVALID_PROGRAM;
-  p->ptx = ".version 9.0\n.target sm_90a\n.visible .entry " + p->entry + "(\n)\n{\n}\n";
+  std::vector<std::string> names = entry_points(p->source);
+  if (names.empty()) names.push_back(p->entry);
+  p->ptx = ".version 9.0\n.target sm_90a\n";
+  p->log.clear();
+  for (const std::string& name : names) {
+    p->ptx += ".visible .entry " + name + "(\n)\n{\n}\n";
+    p->log += "ptxas info    : Compiling entry function '" + name + "' for 'sm_90a'\n"
+              "ptxas info    : Function properties for " + name + "\n"
+              "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+              "ptxas info    : Used 168 registers, used 1 barriers\n";
+  }
   p->cubin = "\x7f" "ELF fake cubin of " + p->entry;
-  p->log = "ptxas info    : Compiling entry function '" + p->entry + "' for 'sm_90a'\n"
-           "ptxas info    : Function properties for " + p->entry + "\n"
-           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
-           "ptxas info    : Used 168 registers, used 1 barriers\n";
   return NVRTC_SUCCESS;
 }
 

@@ -21,14 +21,18 @@ def s(b):
     return struct.pack("<Q", len(b)) + b
 
 
-def payload(name=b"fa3jit_attention_fwd_bf16_d128_full_0123abcd"):
-    p = s(name) + s(b"\x7fELF cubin bytes") + s(b".version 9.0\n.entry " + name)
-    p += struct.pack("<6I", 168, 0, 0, 0, 0, 1)
+def payload(name=b"fa3jit_attention_fwd_bf16_d128_full_0123abcd", entries=None):
+    """The unit's name, its entry points (each a name and six int32 report fields), cubin, PTX, log, compile ms."""
+    entries = [name] if entries is None else entries
+    p = s(name) + struct.pack("<I", len(entries))
+    for e in entries:
+        p += s(e) + struct.pack("<6I", 168, 0, 0, 0, 0, 1)
+    p += s(b"\x7fELF cubin bytes") + s(b".version 9.0\n" + b"".join(b".entry " + e + b"\n" for e in entries))
     p += s(b"ptxas info    : Used 168 registers") + struct.pack("<d", 812.5)
     return p
 
 
-def entry(key, body, version=2):
+def entry(key, body, version=3):
     return b"FA3JITC1" + struct.pack("<I", version) + s(key) + hashlib.sha256(key + body).digest() \
         + struct.pack("<Q", len(body)) + body
 
@@ -43,10 +47,14 @@ def main():
         "torn_payload": good[:-7],
         "relabelled": good.replace(KEY_A, KEY_B),
         "foreign_key": entry(KEY_B, payload()),
-        "old_version": entry(KEY_A, payload(), version=1),
+        "old_version": entry(KEY_A, payload(), version=2),
+        "three_entries": entry(KEY_A, payload(b"fa3jit_quantize_fp8_x", [b"fa3jit_quantize_fp8_x_qk",
+                                                                         b"fa3jit_quantize_fp8_x_v_amax",
+                                                                         b"fa3jit_quantize_fp8_x_v_quant"])),
+        "no_entries": entry(KEY_A, payload(entries=[])),
         "bad_checksum": good[:-1] + bytes([good[-1] ^ 1]),
         "empty_name_signed": entry(KEY_A, payload(name=b"")),
-        "huge_lengths": b"FA3JITC1" + struct.pack("<IQ", 2, 2**63) + KEY_A,
+        "huge_lengths": b"FA3JITC1" + struct.pack("<IQ", 3, 2**63) + KEY_A,
         "empty": b"",
     }
     for name, data in seeds.items():

@@ -106,9 +106,15 @@ void check_equal(const CompiledKernel& a, const CompiledKernel& b) {
   CHECK(a.report.barriers == b.report.barriers);
   REQUIRE(a.entries.size() == b.entries.size());
   for (size_t i = 0; i < a.entries.size(); ++i) {
+    const ResourceReport& x = a.entries[i].report;
+    const ResourceReport& y = b.entries[i].report;
     CHECK(a.entries[i].name == b.entries[i].name);
-    CHECK(a.entries[i].report.registers == b.entries[i].report.registers);
-    CHECK(a.entries[i].report.static_smem_bytes == b.entries[i].report.static_smem_bytes);
+    CHECK(x.registers == y.registers);
+    CHECK(x.spill_store_bytes == y.spill_store_bytes);
+    CHECK(x.spill_load_bytes == y.spill_load_bytes);
+    CHECK(x.stack_frame_bytes == y.stack_frame_bytes);
+    CHECK(x.static_smem_bytes == y.static_smem_bytes);
+    CHECK(x.barriers == y.barriers);
   }
 }
 
@@ -282,6 +288,11 @@ TEST_CASE("a kernel of several entry points comes back from disk with each entry
   check_equal(*back.kernel, k);
   CHECK(back.kernel->entries[1].report.registers == 40);
   CHECK(back.kernel->report.registers == 168);  // the largest over the entries
+
+  // A kernel of no entry points is a programming error, refused before it is written.
+  CompiledKernel none = fake_kernel("fa3jit_none", "none");
+  none.entries.clear();
+  CHECK_THROWS_AS(CubinCache(tmp.path).get_or_compile(key_for("spec-none"), [&] { return none; }), Error);
 }
 
 TEST_CASE("missing parent directories are created, private to the user", "[cache]") {

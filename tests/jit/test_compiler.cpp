@@ -120,8 +120,11 @@ TEST_CASE("compile_kernel builds every entry of a several-entry source, each wit
   KernelSource src{"fa3jit_two", code, {"fa3jit_two_small", "fa3jit_two_smem"}};
   CHECK(entry_names(src) == std::vector<std::string>{"fa3jit_two_small", "fa3jit_two_smem"});
   CHECK(entry_names(KernelSource{"one", "", {}}) == std::vector<std::string>{"one"});
-  CHECK(split_compile_flag(KernelSource{"one", "", {}}).empty());
-  CHECK(std::regex_match(split_compile_flag(src), std::regex(R"(--split-compile=[12])")));
+  // One entry: the default flags; several: ptxas on one thread per entry, the same on every host.
+  CHECK(compile_flags(KernelSource{"one", "", {}}) == default_compile_flags());
+  std::vector<std::string> two_flags = default_compile_flags();
+  two_flags.push_back("--split-compile=2");
+  CHECK(compile_flags(src) == two_flags);
 
   const CompiledKernel k = compile_kernel(src);
   CHECK(k.kernel_name == "fa3jit_two");
@@ -132,10 +135,16 @@ TEST_CASE("compile_kernel builds every entry of a several-entry source, each wit
   CHECK(k.entries[1].report.static_smem_bytes == 4096);
   CHECK(k.entries[0].report.registers > 0);
   CHECK(k.entries[1].report.barriers == 1);
-  // The kernel's report is the largest of each field.
+  // The kernel's report is the largest of each field, and -1 where an entry has none.
   CHECK(k.report.static_smem_bytes == 4096);
   CHECK(k.report.registers == std::max(k.entries[0].report.registers, k.entries[1].report.registers));
   CHECK(k.report.barriers == 1);
+  std::vector<CompiledEntry> unreported = k.entries;
+  unreported[1].report.spill_store_bytes = -1;
+  CHECK(unreported[0].report.spill_store_bytes == 0);
+  CHECK(combined_report(unreported).spill_store_bytes == -1);
+  CHECK(combined_report(unreported).registers == k.report.registers);
+  CHECK(combined_report({}).registers == -1);
 
   src.entries.push_back("fa3jit_two_missing");
   try {

@@ -512,12 +512,13 @@ FA3JIT_API fa3jit_status fa3jit_quantize_fp8(fa3jit_runtime* runtime, const fa3j
 typedef struct fa3jit_kernel_info {
   size_t struct_size;                          /* sizeof(fa3jit_kernel_info) as compiled by the caller */
   char key[FA3JIT_KEY_CAPACITY];               /* cache key (hex), NUL-terminated */
-  char kernel_name[FA3JIT_KERNEL_NAME_CAPACITY]; /* entry point name, NUL-terminated */
+  char kernel_name[FA3JIT_KERNEL_NAME_CAPACITY]; /* the unit's name (its entry point, or with several entry points,
+                                                    as the FP8 pre-pass has, their common prefix), NUL-terminated */
   int32_t cache_hit; /* 1 = served from memory or disk without compiling, 0 = compiled by NVRTC now */
   double ms;         /* wall time of this call (generation + compile or cache load), milliseconds */
-  int32_t registers;         /* per thread, from ptxas; -1 = not reported */
-  int32_t spill_store_bytes; /* ptxas spill stores, bytes; -1 = not reported */
-  int32_t spill_load_bytes;  /* ptxas spill loads, bytes; -1 = not reported */
+  int32_t registers;         /* per thread, from ptxas (the largest over the entry points); -1 = not reported */
+  int32_t spill_store_bytes; /* ptxas spill stores, bytes (the largest over the entry points); -1 = not reported */
+  int32_t spill_load_bytes;  /* ptxas spill loads, bytes (the largest over the entry points); -1 = not reported */
   int32_t smem_bytes;        /* dynamic shared memory requested at launch, bytes */
   int32_t num_threads;       /* threads per block */
   char kind[FA3JIT_KIND_CAPACITY];       /* kernel family, e.g. "attention_fwd", NUL-terminated */

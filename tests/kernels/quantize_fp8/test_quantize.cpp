@@ -35,6 +35,7 @@
 #include "testing/fp8_prepass.h"
 #include "testing/half.h"
 #include "testing/reference.h"
+#include "../../jit/temp_dir.h"
 
 using fa3jit::DType;
 using fa3jit::Error;
@@ -829,6 +830,9 @@ TEST_CASE("quantize emission: compiles with NVRTC without spills", "[quantize][e
   specs.push_back(with(fp256, true, Rope::kNeox, 0, 256, 256));        // the largest block: a cluster of several CTAs
   specs.push_back(with(fp256, true, Rope::kNone, 0, 256, 256));
   specs.push_back(with(mixed, true, Rope::kInterleaved, 128, 144, 208));
+  Spec d_major = with(bf128, true, Rope::kNone, 0, 128, 160);  // V written transposed: the V pass's chunk in smem
+  d_major.v_d_major = true;
+  specs.push_back(d_major);
   for (const Spec& spec : specs) {
     INFO(qf::spec_summary(spec));
     const qf::Geometry g = qf::derive_geometry(spec);
@@ -1109,5 +1113,28 @@ TEST_CASE("quantize spec field v_layout: d_major names its own kernel and sizes 
   } catch (const fa3jit::Error& e) {
     CHECK(std::string(e.what()).find("\"v_layout\": \"transposed\"") != std::string::npos);
     CHECK(std::string(e.what()).find("\"seq_major\" or \"d_major\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("a cached kernel whose entry points are not the source's is refused, naming both lists", "[quantize][cache]") {
+  fa3jit::test::TempDir tmp;
+  fa3jit::Runtime runtime(fa3jit::RuntimeOptions{tmp.path});
+  const fa3jit::KernelRequest request = qf::make_request(qf::default_spec(DType::kBf16, 128, 128));
+  REQUIRE(request.source.entries.size() == qf::kNumPasses);
+  // What an older build (one entry named as the kernel) would have stored under the same key.
+  fa3jit::CompiledKernel one_entry;
+  one_entry.kernel_name = request.source.kernel_name;
+  one_entry.entries = {{request.source.kernel_name, {}}};
+  one_entry.cubin = "\x7f" "ELF";
+  runtime.cache().get_or_compile(fa3jit::Runtime::kernel_key(request), [&] { return one_entry; });
+  try {
+    runtime.prepare(request);
+    FAIL("a cached kernel with other entry points was served");
+  } catch (const Error& e) {
+    CHECK(e.code() == fa3jit::ErrorCode::kCacheError);
+    const std::string what = e.what();
+    CHECK(what.find("entry points [" + request.source.kernel_name + "]") != std::string::npos);
+    CHECK(what.find(qf::entry_name(qf::default_spec(DType::kBf16, 128, 128), qf::kPassVAmax)) != std::string::npos);
+    CHECK(what.find("fa3jit cache clear") != std::string::npos);
   }
 }

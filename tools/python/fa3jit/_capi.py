@@ -758,7 +758,8 @@ class Kernel:
 
     @property
     def name(self) -> str:
-        """The kernel's entry point, e.g. fa3jit_attention_fwd_bf16_d128_causal_1a2b3c4d."""
+        """The kernel's name, e.g. fa3jit_attention_fwd_bf16_d128_causal_1a2b3c4d: its entry point, or the common
+        prefix of its entry points where it has several (the FP8 pre-pass: one per pass, <name>_qk, ...)."""
         return self.info()["kernel_name"]
 
     @property
