@@ -600,17 +600,32 @@ struct Mainloop {
   /// the block may need the mask (checked at run time against w.first_masked); false for the blocks of the
   /// mask-free loop, whose code then holds no mask instruction at all. query[h]: the query index of the thread's
   /// row half h (seqlen.cuh: RowMap). o_scale receives the factor for the rows of O.
-  template <bool kMaybeMasked>
+  /// kSoftmaxInArms: the softmax is emitted in both arms of the mask branch instead of after their join, for the
+  /// loop whose every block runs this code while a P.V GEMM is in flight (one copy of the loop, overlapped
+  /// schedule). ptxas schedules the caller's following wgmma.wait_group 0 from the top of the basic block it is in:
+  /// after a join right behind the mask that is before the row maximum, and the softmax then waits for P.V instead
+  /// of running under it (the SASS test of the one-copy loop checks the order).
+  template <bool kMaybeMasked, bool kSoftmaxInArms = false>
   static __device__ __forceinline__ void softmax_step(float (&s)[ScoreFrag::kRegs], int n_block, const TileWork& w,
                                                       const int (&query)[2], const Descale<Cfg>& descale,
                                                       Softmax& softmax, float (&o_scale)[2]) {
     const float c = descale.block_scale_log2(n_block);
+    const float scale_log2 = Variant::softmax_scale_log2(w.softcap_log2, c);
     Variant::transform_scores(s, Variant::softcap_factor(w.inv_softcap_log2, c));
+    if constexpr (kMaybeMasked && kSoftmaxInArms) {
+      if (Variant::needs_mask(n_block, w.first_masked, w.unmasked_min)) {
+        Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
+        softmax.update(s, scale_log2, o_scale);
+      } else {
+        softmax.update(s, scale_log2, o_scale);
+      }
+      return;
+    }
     if constexpr (kMaybeMasked) {
       if (Variant::needs_mask(n_block, w.first_masked, w.unmasked_min))
         Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
     }
-    softmax.update(s, Variant::softmax_scale_log2(w.softcap_log2, c), o_scale);
+    softmax.update(s, scale_log2, o_scale);
   }
 
   /// O *= o_scale, row half by row half.
@@ -887,7 +902,7 @@ struct Mainloop {
     release(sm.k_empty(pipe.stage));
     release_q(sm, n_block, w, lane);
     float o_scale[2];
-    softmax_step<kMaybeMasked>(s, n_block, w, query, descale, softmax, o_scale);
+    softmax_step<kMaybeMasked, !Cfg::kMaskFreeLoop>(s, n_block, w, query, descale, softmax, o_scale);
     wgmma_wait<0>();
     fence_operands(p);
     if (!first) release(sm.v_empty(v_pipe.stage));
