@@ -288,6 +288,8 @@ std::string allowed_dtypes() {
 // accumulator and O is rescaled as it is added (device/mainloop.cuh).
 bool rescale_o_fits(const Spec& spec) { return spec.intra_wg_overlap && !spec.fp32_two_level_accum; }
 
+bool softmax_arms_fit(const Spec& spec) { return spec.intra_wg_overlap && !spec.mask_free_loop; }
+
 bool load_k_ahead_fits(const Spec& spec) {
   return spec.dtype != DType::kE4m3 || spec.v_layout == VLayout::kDMajor;
 }
@@ -336,6 +338,11 @@ void validate(const Spec& spec) {
   if (spec.load_k_ahead && !load_k_ahead_fits(spec))
     invalid("spec field \"load_k_ahead\": true is not allowed with dtype \"e4m3\" and v_layout \"seq_major\": that "
             "producer transposes V one block behind its loads; expected false, or v_layout \"d_major\"");
+  if (spec.softmax_in_mask_arms && !softmax_arms_fit(spec))
+    invalid(fmt::format("spec field \"softmax_in_mask_arms\": true is not allowed with intra_wg_overlap {} and "
+                        "mask_free_loop {}; it places the softmax in the one-copy loop of the intra_wg_overlap "
+                        "schedule, expected intra_wg_overlap true and mask_free_loop false",
+                        spec.intra_wg_overlap, spec.mask_free_loop));
   if (spec.cluster_m != 1 && spec.cluster_m != 2)
     invalid(fmt::format("spec field \"cluster_m\": {} is not allowed; expected 1 or 2", spec.cluster_m));
   // K/V multicast pairs two CTAs that walk the same KV blocks: only without a causal mask (FA3 likewise).
@@ -368,7 +375,7 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
@@ -418,6 +425,9 @@ Spec parse_spec(const json& doc) {
       read_knob(doc, "rescale_o_before_pv", defaults.rescale_o_before_pv && rescale_o_fits(spec));
   spec.load_k_ahead = read_knob(doc, "load_k_ahead", defaults.load_k_ahead && load_k_ahead_fits(spec));
   spec.mask_free_loop = read_knob(doc, "mask_free_loop", defaults.mask_free_loop);
+  // As pingpong: the table's value where the loop can take it; asked for explicitly, validate() judges.
+  spec.softmax_in_mask_arms =
+      read_knob(doc, "softmax_in_mask_arms", defaults.softmax_in_mask_arms && softmax_arms_fit(spec));
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -459,6 +469,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.rescale_o_before_pv = d.rescale_o_before_pv && rescale_o_fits(spec);
   spec.load_k_ahead = d.load_k_ahead && load_k_ahead_fits(spec);
   spec.mask_free_loop = d.mask_free_loop;
+  spec.softmax_in_mask_arms = d.softmax_in_mask_arms && softmax_arms_fit(spec);
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
@@ -503,6 +514,7 @@ json canonical_json(const Spec& spec) {
       {"rescale_o_before_pv", spec.rescale_o_before_pv},
       {"load_k_ahead", spec.load_k_ahead},
       {"mask_free_loop", spec.mask_free_loop},
+      {"softmax_in_mask_arms", spec.softmax_in_mask_arms},
       {"cluster_m", spec.cluster_m},
       {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
@@ -533,6 +545,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.rescale_o_before_pv) text += " rescale-early";
   if (spec.load_k_ahead) text += " k-ahead";
   if (spec.mask_free_loop) text += " mask-free-loop";
+  if (spec.softmax_in_mask_arms) text += " softmax-in-arms";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   if (spec.varlen_q) text += " varlen_q";

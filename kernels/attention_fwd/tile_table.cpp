@@ -162,6 +162,15 @@ bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
 // -9-18 %) measured 0.92-1.02 of the peeled schedule on an H100 (geomean 0.983; 2026-12-06): not taken.
 bool mask_free_loop_row(DType dtype) { return dtype == DType::kE4m3; }
 
+// Whether the one-copy loop emits the softmax in both arms of its mask branch (spec.h: softmax_in_mask_arms; applied
+// where softmax_arms_fit). Measured on an H100 (bench/NOTES.md, 2026-12-07; variant library against the table's
+// kernel, A B A B processes, 1k / 4k / 16k): 16-bit d256 1.00-1.045 in all 6 cells (the softmax of 42 exponentials
+// and O's 128 rescales no longer wait for P.V), d128 0.98-1.03, d64 0.90-0.94 (three warpgroups on one tile, 66
+// exponentials a step: their softmaxes, no longer held back by P.V, contend for the MUFU pipe); taken for 256 only.
+bool softmax_in_mask_arms_row(DType dtype, int row, int row_v) {
+  return dtype != DType::kE4m3 && std::max(row, row_v) == 256;
+}
+
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
@@ -182,6 +191,7 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   t.persistent = persistent_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   t.load_k_ahead = load_k_ahead_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   t.mask_free_loop = mask_free_loop_row(dtype);
+  t.softmax_in_mask_arms = softmax_in_mask_arms_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 

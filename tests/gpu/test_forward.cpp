@@ -270,6 +270,30 @@ TEST_CASE("mask_free_loop gives the same out and lse bit for bit", "[gpu][forwar
       });
 }
 
+TEST_CASE("softmax_in_mask_arms gives the same out and lse bit for bit", "[gpu][forward][softmax_arms]") {
+  if (!have_gpu()) return;
+  // The same softmax in each arm of the mask branch as after its join: only the place of the wait for P.V in the
+  // instruction stream moves, so the two kernels must agree to the bit. Masked and unmasked blocks (causal diagonals,
+  // seqlen_k tails), 1-3 warpgroups, a persistent grid, the first block's step without P.V, the schedules that touch
+  // O or the fresh accumulator after the wait (rescale before P.V, two-level accumulation), e4m3 with one copy.
+  check_knob_bit_identical(
+      "softmax_in_mask_arms",
+      {
+          {R"({"dtype":"bf16","head_dim":128})", 4, 1023, 1111, 8, 2},
+          {R"({"dtype":"bf16","head_dim":128,"causal":true})", 4, 1023, 4224, 8, 8},
+          {R"({"dtype":"fp16","head_dim":256,"causal":true})", 2, 799, 1023, 16, 4},
+          {R"({"dtype":"bf16","head_dim":256})", 2, 1, 799, 8, 2},
+          {R"({"dtype":"bf16","head_dim":64,"causal":true})", 3, 2049, 2049, 8, 2},
+          {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true})", 2, 239, 799, 16, 16},
+          {R"({"dtype":"bf16","head_dim":96})", 2, 1023, 1500, 12, 4},
+          {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},  // one key block
+          {R"({"dtype":"bf16","head_dim":128,"rescale_o_before_pv":true,"causal":true})", 2, 1023, 1111, 8, 2},
+          {R"({"dtype":"e4m3","head_dim":128,"mask_free_loop":false,"causal":true})", 2, 1023, 1111, 16, 4},
+          {R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"mask_free_loop":false,"tile":{"block_n":128}})",
+           2, 799, 1023, 8, 2},
+      });
+}
+
 TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit for bit", "[gpu][forward][persistent]") {
   if (!have_gpu()) return;
   // Each tile runs the same code in the same order on either grid, so the two must agree to the bit, and a causal

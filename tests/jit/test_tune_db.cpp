@@ -221,7 +221,7 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
 
   const json choice = af::tune_choice(causal);
   CHECK(choice.at("tile") == json{{"block_m", causal.block_m}, {"block_n", causal.block_n}});
-  CHECK(choice.size() == 11);
+  CHECK(choice.size() == 12);
   CHECK(af::canonical_string(af::apply_choice(causal, choice)) == af::canonical_string(causal));
   const af::Spec narrow = af::apply_choice(causal, json{{"tile", {{"block_n", 128}}}, {"stages", 2}});
   CHECK(narrow.block_n == 128);

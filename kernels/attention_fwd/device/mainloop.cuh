@@ -600,11 +600,10 @@ struct Mainloop {
   /// the block may need the mask (checked at run time against w.first_masked); false for the blocks of the
   /// mask-free loop, whose code then holds no mask instruction at all. query[h]: the query index of the thread's
   /// row half h (seqlen.cuh: RowMap). o_scale receives the factor for the rows of O.
-  /// kSoftmaxInArms: the softmax is emitted in both arms of the mask branch instead of after their join, for the
-  /// loop whose every block runs this code while a P.V GEMM is in flight (one copy of the loop, overlapped
-  /// schedule). ptxas schedules the caller's following wgmma.wait_group 0 from the top of the basic block it is in:
-  /// after a join right behind the mask that is before the row maximum, and the softmax then waits for P.V instead
-  /// of running under it (the SASS test of the one-copy loop checks the order).
+  /// kSoftmaxInArms (spec field softmax_in_mask_arms, the overlapped step only): the softmax is emitted in both arms
+  /// of the mask branch instead of after their join. ptxas schedules the caller's following wgmma.wait_group 0 from
+  /// the top of the basic block it falls in: after a join right behind the mask that is before the row maximum, and
+  /// the softmax then waits for P.V instead of running under it (bench/NOTES.md, 2026-12-07).
   template <bool kMaybeMasked, bool kSoftmaxInArms = false>
   static __device__ __forceinline__ void softmax_step(float (&s)[ScoreFrag::kRegs], int n_block, const TileWork& w,
                                                       const int (&query)[2], const Descale<Cfg>& descale,
@@ -902,7 +901,7 @@ struct Mainloop {
     release(sm.k_empty(pipe.stage));
     release_q(sm, n_block, w, lane);
     float o_scale[2];
-    softmax_step<kMaybeMasked, !Cfg::kMaskFreeLoop>(s, n_block, w, query, descale, softmax, o_scale);
+    softmax_step<kMaybeMasked, Cfg::kSoftmaxInMaskArms>(s, n_block, w, query, descale, softmax, o_scale);
     wgmma_wait<0>();
     fence_operands(p);
     if (!first) release(sm.v_empty(v_pipe.stage));

@@ -125,3 +125,32 @@ TEST_CASE("an e4m3 kernel with V given transposed (d_major) has no V transpose",
     if (d_major) CHECK(cfg.producer_registers == 24);
   }
 }
+
+TEST_CASE("softmax_in_mask_arms: the wait for P.V after the softmax in the one-copy loop", "[compile][sass]") {
+  // ptxas starts a wgmma.wait_group from the top of the basic block it falls in (device/mainloop.cuh: softmax_step).
+  // With the softmax in both arms of the mask branch, every exponential of a step's softmax (block_n / 2 per thread
+  // and arm) comes between the wait for S (DEPBAR.LE gsb0, 0x1) and the wait for P.V (0x0); with the softmax after
+  // the join, the wait for P.V is at the join, before most of them.
+  const std::string tool = find_cuobjdump();
+  REQUIRE_FALSE(tool.empty());
+  for (const char* dims : {R"("head_dim":128)", R"("head_dim":256)"}) {
+    for (const bool arms : {false, true}) {
+      const std::string json = fmt::format(R"({{"dtype":"bf16",{},"causal":true,"softmax_in_mask_arms":{}}})", dims, arms);
+      INFO(json);
+      const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(json));
+      const std::string sass = disassemble(compile_kernel(af::emit_kernel(cfg)).cubin, tool);
+      const size_t wait_s = sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x1");
+      REQUIRE(wait_s != std::string::npos);
+      const size_t wait_pv = sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x0", wait_s);
+      REQUIRE(wait_pv != std::string::npos);
+      const std::string between = sass.substr(wait_s, wait_pv - wait_s);
+      int exps = 0;
+      for (size_t at = between.find("MUFU.EX2"); at != std::string::npos; at = between.find("MUFU.EX2", at + 1)) ++exps;
+      INFO("MUFU.EX2 between the two waits: " << exps);
+      if (arms)
+        CHECK(exps >= cfg.spec.block_n);
+      else
+        CHECK(exps < cfg.spec.block_n / 2);
+    }
+  }
+}

@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -374,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -435,7 +435,7 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
         "bf16 d128 causal 128x128 wg2 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) ==
-        "fp16 d256 128x80 wg2 st2 pingpong overlap k-ahead persistent");
+        "fp16 d256 128x80 wg2 st2 pingpong overlap k-ahead softmax-in-arms persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
         "bf16 d256 128x80 wg2 st2 k-ahead persistent");
@@ -889,6 +889,30 @@ TEST_CASE("rescale_o_before_pv: its own kernel, and the schedules it refuses", "
   built.intra_wg_overlap = built.pingpong = false;
   built.rescale_o_before_pv = true;
   CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("rescale_o_before_pv"));
+}
+
+TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows, and the loops it refuses", "[spec]") {
+  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "softmax_in_mask_arms": true})");
+  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128})");
+  CHECK(on.softmax_in_mask_arms);
+  CHECK_FALSE(off.softmax_in_mask_arms);
+  CHECK(af::canonical_string(on) != af::canonical_string(off));
+  CHECK(af::parse_spec(af::canonical_json(on)) == on);
+  CHECK_THAT(af::spec_summary(on), Contains("softmax-in-arms"));
+  CHECK(af::emit_kernel(af::make_kernel_config(on)).code.find("static constexpr bool kSoftmaxInMaskArms = true;") !=
+        std::string::npos);
+  // The table: 16-bit d256 (both masks), nothing else; e4m3 runs two copies of the loop, where it does not apply.
+  CHECK(parse(R"({"dtype": "fp16", "head_dim": 256, "causal": true})").softmax_in_mask_arms);
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 256})").softmax_in_mask_arms);
+  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 64})").softmax_in_mask_arms);
+  CHECK_FALSE(parse(R"({"dtype": "e4m3", "head_dim": 256})").softmax_in_mask_arms);
+  // The table's value only where the loop takes it; asked for elsewhere, refused by name.
+  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 256, "mask_free_loop": true})").softmax_in_mask_arms);
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "mask_free_loop": true, "softmax_in_mask_arms": true})"),
+                    Contains("\"softmax_in_mask_arms\": true is not allowed with intra_wg_overlap true and mask_free_loop true"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false, )"
+                          R"("softmax_in_mask_arms": true})"),
+                    Contains("intra_wg_overlap false"));
 }
 
 TEST_CASE("load_k_ahead: its own kernel, and the producer it refuses", "[spec]") {
