@@ -46,12 +46,12 @@
 //                       block whether to mask, and in the intra_wg_overlap schedule the first block too (peeled
 //                       otherwise: it has no P.V yet); one copy of the body takes about half the NVRTC time of two
 //                       copies and a peeled first block; the outputs are the same bit for bit
-//   softmax_in_mask_arms bool, default from the tile table (tile_table.cpp: softmax_in_mask_arms_row); needs
-//                       intra_wg_overlap true and mask_free_loop false (the one-copy loop, whose every key block
-//                       runs the mask test): true emits the softmax in both arms of the per-block mask branch instead
-//                       of after their join, so ptxas keeps the wait for the block's P.V after the softmax (the
-//                       softmax runs under P.V) instead of at the join, before the row maximum; more SASS (about
-//                       +15 %) and NVRTC time (+6-15 %); the outputs are the same bit for bit
+//   softmax_in_mask_arms bool, default from the tile table (tile_table.cpp: softmax_in_mask_arms_row, which has
+//                       the measurements); needs the one-copy loop of the intra_wg_overlap schedule without
+//                       fp32_two_level_accum (softmax_in_mask_arms_fits): true emits the softmax in both arms of the
+//                       per-block mask branch instead of after their join, so the wait for the block's P.V stays
+//                       after the softmax (device/mainloop.cuh: softmax_step says why); the outputs are the same bit
+//                       for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -218,9 +218,9 @@ bool rescale_o_fits(const Spec& spec);
 /// refuses it elsewhere and the tile table's value applies only where it holds.
 bool load_k_ahead_fits(const Spec& spec);
 
-/// Whether `spec`'s loop can take softmax_in_mask_arms (intra_wg_overlap with one copy of the key-block loop, i.e.
-/// mask_free_loop false); validate() refuses it elsewhere and the tile table's value applies only where it holds.
-bool softmax_arms_fit(const Spec& spec);
+/// Whether `spec`'s loop can take softmax_in_mask_arms; validate() refuses it elsewhere and the tile table's value
+/// applies only where it holds.
+bool softmax_in_mask_arms_fits(const Spec& spec);
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
 /// "tile.block_n"), the value and what is allowed; Error(kUnsupported) for values the language names but

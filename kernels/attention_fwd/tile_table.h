@@ -30,7 +30,7 @@ struct TileDefaults {
   bool rescale_o_before_pv = false;   // where intra_wg_overlap runs without fp32_two_level_accum
   bool load_k_ahead = false;          // where the producer is not e4m3's V-transposing one (spec.h: load_k_ahead_fits)
   bool mask_free_loop = false;        // tile_table.cpp: mask_free_loop_row
-  bool softmax_in_mask_arms = false;  // tile_table.cpp: softmax_in_mask_arms_row, where it fits (spec.h: softmax_arms_fit)
+  bool softmax_in_mask_arms = false;  // tile_table.cpp: softmax_in_mask_arms_row
 };
 
 /// Default tile for (dtype, head_dim, head_dim_v, causal), each dim of the dtype's rule (spec.h: HeadDimRule). The

@@ -227,6 +227,11 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
   CHECK(narrow.block_n == 128);
   CHECK(narrow.causal);
   CHECK(af::builtin_spec(narrow).block_n == causal.block_n);
+  // A record written before softmax_in_mask_arms existed: the table's value where the record's loop takes it (d256),
+  // none where its choice makes it not fit.
+  const af::Spec d256 = af::default_spec(DType::kBf16, 256, 256, false);
+  CHECK(af::apply_choice(d256, json{{"stages", 2}}).softmax_in_mask_arms);
+  CHECK_FALSE(af::apply_choice(d256, json{{"mask_free_loop", true}}).softmax_in_mask_arms);
 
   const auto refused = [](const af::Spec& base, const json& c) {
     const Error e = error_of([&] { (void)af::apply_choice(base, c); });

@@ -600,31 +600,31 @@ struct Mainloop {
   /// the block may need the mask (checked at run time against w.first_masked); false for the blocks of the
   /// mask-free loop, whose code then holds no mask instruction at all. query[h]: the query index of the thread's
   /// row half h (seqlen.cuh: RowMap). o_scale receives the factor for the rows of O.
-  /// kSoftmaxInArms (spec field softmax_in_mask_arms, the overlapped step only): the softmax is emitted in both arms
-  /// of the mask branch instead of after their join. ptxas schedules the caller's following wgmma.wait_group 0 from
-  /// the top of the basic block it falls in: after a join right behind the mask that is before the row maximum, and
-  /// the softmax then waits for P.V instead of running under it (bench/NOTES.md, 2026-12-07).
-  template <bool kMaybeMasked, bool kSoftmaxInArms = false>
+  /// kSoftmaxInMaskArms (spec field softmax_in_mask_arms, the overlapped step only): the softmax is emitted in both
+  /// arms of the mask branch instead of after their join. ptxas schedules the caller's following wgmma.wait_group 0
+  /// from the top of the basic block it falls in: after a join right behind the mask that is before the row maximum,
+  /// and the softmax then waits for P.V instead of running under it (bench/NOTES.md, 2026-12-07).
+  template <bool kMaybeMasked, bool kSoftmaxInMaskArms = false>
   static __device__ __forceinline__ void softmax_step(float (&s)[ScoreFrag::kRegs], int n_block, const TileWork& w,
                                                       const int (&query)[2], const Descale<Cfg>& descale,
                                                       Softmax& softmax, float (&o_scale)[2]) {
     const float c = descale.block_scale_log2(n_block);
     const float scale_log2 = Variant::softmax_scale_log2(w.softcap_log2, c);
     Variant::transform_scores(s, Variant::softcap_factor(w.inv_softcap_log2, c));
-    if constexpr (kMaybeMasked && kSoftmaxInArms) {
+    if constexpr (kMaybeMasked && kSoftmaxInMaskArms) {
       if (Variant::needs_mask(n_block, w.first_masked, w.unmasked_min)) {
         Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
         softmax.update(s, scale_log2, o_scale);
       } else {
         softmax.update(s, scale_log2, o_scale);
       }
-      return;
-    }
-    if constexpr (kMaybeMasked) {
+    } else if constexpr (kMaybeMasked) {
       if (Variant::needs_mask(n_block, w.first_masked, w.unmasked_min))
         Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
+      softmax.update(s, scale_log2, o_scale);
+    } else {
+      softmax.update(s, scale_log2, o_scale);
     }
-    softmax.update(s, scale_log2, o_scale);
   }
 
   /// O *= o_scale, row half by row half.

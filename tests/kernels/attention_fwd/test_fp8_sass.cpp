@@ -147,10 +147,13 @@ TEST_CASE("softmax_in_mask_arms: the wait for P.V after the softmax in the one-c
       int exps = 0;
       for (size_t at = between.find("MUFU.EX2"); at != std::string::npos; at = between.find("MUFU.EX2", at + 1)) ++exps;
       INFO("MUFU.EX2 between the two waits: " << exps);
-      if (arms)
+      if (arms) {
         CHECK(exps >= cfg.spec.block_n);
-      else
+      } else {
+        // The ptxas behaviour the field works around; a failure here means a ptxas that places the wait later by
+        // itself, and the field may no longer be worth its compile time.
         CHECK(exps < cfg.spec.block_n / 2);
+      }
     }
   }
 }

@@ -891,7 +891,7 @@ TEST_CASE("rescale_o_before_pv: its own kernel, and the schedules it refuses", "
   CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("rescale_o_before_pv"));
 }
 
-TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows, and the loops it refuses", "[spec]") {
+TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops it refuses", "[spec]") {
   const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "softmax_in_mask_arms": true})");
   const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128})");
   CHECK(on.softmax_in_mask_arms);
@@ -909,10 +909,25 @@ TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows, and the loops
   // The table's value only where the loop takes it; asked for elsewhere, refused by name.
   CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 256, "mask_free_loop": true})").softmax_in_mask_arms);
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "mask_free_loop": true, "softmax_in_mask_arms": true})"),
-                    Contains("\"softmax_in_mask_arms\": true is not allowed with intra_wg_overlap true and mask_free_loop true"));
+                    Contains("\"softmax_in_mask_arms\": true is not allowed with intra_wg_overlap true, mask_free_loop true"));
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false, )"
                           R"("softmax_in_mask_arms": true})"),
                     Contains("intra_wg_overlap false"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "fp32_two_level_accum": true, "mask_free_loop": false, )"
+                          R"("tile": {"block_n": 128}, "softmax_in_mask_arms": true})"),
+                    Contains("fp32_two_level_accum true"));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "softmax_in_mask_arms": 1})"),
+                    Contains("softmax_in_mask_arms"));
+  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find("static constexpr bool kSoftmaxInMaskArms = false;") !=
+        std::string::npos);
+  // A spec built in code is judged by the same rule.
+  af::Spec built = af::default_spec(DType::kBf16, 128, 128, false);
+  built.mask_free_loop = true;
+  built.softmax_in_mask_arms = true;
+  CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("softmax_in_mask_arms"));
+  // The table's row through default_spec.
+  CHECK(af::default_spec(DType::kBf16, 256, 256, true).softmax_in_mask_arms);
+  CHECK_FALSE(af::default_spec(DType::kBf16, 128, 128, true).softmax_in_mask_arms);
 }
 
 TEST_CASE("load_k_ahead: its own kernel, and the producer it refuses", "[spec]") {
