@@ -163,10 +163,11 @@ bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
 bool mask_free_loop_row(DType dtype) { return dtype == DType::kE4m3; }
 
 // Whether the one-copy loop emits the softmax in both arms of its mask branch (spec.h: softmax_in_mask_arms; applied
-// where softmax_in_mask_arms_fits). Measured on an H100 (bench/NOTES.md, 2026-12-07; variant library against the table's
-// kernel, A B A B processes, 1k / 4k / 16k): 16-bit d256 1.00-1.045 in all 6 cells (the softmax of 42 exponentials
-// and O's 128 rescales no longer wait for P.V), d128 0.98-1.03, d64 0.90-0.94 (three warpgroups on one tile, 66
-// exponentials a step: their softmaxes, no longer held back by P.V, contend for the MUFU pipe); taken for 256 only.
+// where softmax_in_mask_arms_fits). Measured on an H100 in one process (bench_fwd.py fa3jit_alt, 1k-16k; bench/NOTES.md,
+// 2026-12-07): 16-bit d256 +3-7 % in 5 of 6 cells (its softmax of 42 exponentials and O's 128 rescales no longer wait
+// for P.V), d128, d192 and 192 / 128 within 2-3 % either way, d64 and d96 -6-10 % (three warpgroups of 64 rows: their
+// softmaxes, no longer held back by P.V, contend for the MUFU pipe); e4m3 one copy with it 0.86-0.95 of the table's
+// two copies. Taken for 256 only.
 bool softmax_in_mask_arms_row(DType dtype, int row, int row_v) {
   return dtype != DType::kE4m3 && std::max(row, row_v) == 256;
 }
