@@ -618,11 +618,11 @@ struct Mainloop {
       } else {
         softmax.update(s, scale_log2, o_scale);
       }
-    } else if constexpr (kMaybeMasked) {
-      if (Variant::needs_mask(n_block, w.first_masked, w.unmasked_min))
-        Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
-      softmax.update(s, scale_log2, o_scale);
     } else {
+      if constexpr (kMaybeMasked) {
+        if (Variant::needs_mask(n_block, w.first_masked, w.unmasked_min))
+          Variant::apply_mask(s, n_block, query, w.seq.seqlen_q, w.seq.seqlen_k, w.window);
+      }
       softmax.update(s, scale_log2, o_scale);
     }
   }
