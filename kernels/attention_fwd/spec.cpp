@@ -294,6 +294,10 @@ bool softmax_in_mask_arms_fits(const Spec& spec) {
   return spec.intra_wg_overlap && !spec.mask_free_loop && !spec.fp32_two_level_accum;
 }
 
+// e4m3 P is scaled by 2^8 to use the e4m3 range (device/softmax.cuh: kMaxOffset); a rise of its reference maximum
+// would overflow it.
+bool lazy_rescale_fits(const Spec& spec) { return spec.dtype != DType::kE4m3; }
+
 bool load_k_ahead_fits(const Spec& spec) {
   return spec.dtype != DType::kE4m3 || spec.v_layout == VLayout::kDMajor;
 }
@@ -339,6 +343,9 @@ void validate(const Spec& spec) {
                         "fp32_two_level_accum {}; it moves the rescale of O in the intra_wg_overlap schedule, expected "
                         "intra_wg_overlap true and fp32_two_level_accum false",
                         spec.intra_wg_overlap, spec.fp32_two_level_accum));
+  if (spec.lazy_rescale && !lazy_rescale_fits(spec))
+    invalid("spec field \"lazy_rescale\": true is not allowed with dtype \"e4m3\": its P already spans the e4m3 "
+            "range, so it has no room for a stale maximum; expected false, or dtype \"bf16\" or \"fp16\"");
   if (spec.load_k_ahead && !load_k_ahead_fits(spec))
     invalid("spec field \"load_k_ahead\": true is not allowed with dtype \"e4m3\" and v_layout \"seq_major\": that "
             "producer transposes V one block behind its loads; expected false, or v_layout \"d_major\"");
@@ -380,7 +387,7 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
@@ -433,6 +440,7 @@ Spec parse_spec(const json& doc) {
   // As pingpong: the table's value where the loop can take it; asked for explicitly, validate() judges.
   spec.softmax_in_mask_arms =
       read_knob(doc, "softmax_in_mask_arms", defaults.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec));
+  spec.lazy_rescale = read_knob(doc, "lazy_rescale", defaults.lazy_rescale && lazy_rescale_fits(spec));
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -475,6 +483,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.load_k_ahead = d.load_k_ahead && load_k_ahead_fits(spec);
   spec.mask_free_loop = d.mask_free_loop;
   spec.softmax_in_mask_arms = d.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec);
+  spec.lazy_rescale = d.lazy_rescale && lazy_rescale_fits(spec);
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
@@ -520,6 +529,7 @@ json canonical_json(const Spec& spec) {
       {"load_k_ahead", spec.load_k_ahead},
       {"mask_free_loop", spec.mask_free_loop},
       {"softmax_in_mask_arms", spec.softmax_in_mask_arms},
+      {"lazy_rescale", spec.lazy_rescale},
       {"cluster_m", spec.cluster_m},
       {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
@@ -551,6 +561,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.load_k_ahead) text += " k-ahead";
   if (spec.mask_free_loop) text += " mask-free-loop";
   if (spec.softmax_in_mask_arms) text += " softmax-in-arms";
+  if (spec.lazy_rescale) text += " lazy-rescale";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   if (spec.varlen_q) text += " varlen_q";

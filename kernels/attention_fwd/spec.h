@@ -52,6 +52,11 @@
 //                       per-block mask branch instead of after their join, so the wait for the block's P.V stays
 //                       after the softmax (device/mainloop.cuh: softmax_step says why); the outputs are the same bit
 //                       for bit
+//   lazy_rescale        bool, default from the tile table (tile_table.cpp: lazy_rescale_row); 16-bit dtypes only
+//                       (lazy_rescale_fits): a row keeps the maximum O was scaled to while a key block's maximum
+//                       rises less than 8 (log2 units) above it, so P lies in [0, 256] and O is rescaled only when a
+//                       row of the warp moves its maximum further (device/softmax.cuh); outputs and LSE agree with
+//                       false to rounding, not bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -171,6 +176,7 @@ struct Spec {
   bool load_k_ahead = false;
   bool mask_free_loop = false;
   bool softmax_in_mask_arms = false;
+  bool lazy_rescale = false;
   int cluster_m = 1;
   bool persistent = false;
   bool varlen_q = false;
@@ -221,6 +227,10 @@ bool load_k_ahead_fits(const Spec& spec);
 /// Whether `spec`'s loop can take softmax_in_mask_arms; validate() refuses it elsewhere and the tile table's value
 /// applies only where it holds.
 bool softmax_in_mask_arms_fits(const Spec& spec);
+
+/// Whether `spec`'s P can take lazy_rescale (16-bit dtypes: e4m3 P already spans the e4m3 range); validate() refuses
+/// it elsewhere and the tile table's value applies only where it holds.
+bool lazy_rescale_fits(const Spec& spec);
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
 /// "tile.block_n"), the value and what is allowed; Error(kUnsupported) for values the language names but

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_test.h"
+#include "testing/half.h"
 
 using namespace fa3jit;
 using namespace fa3jit::test;
@@ -292,6 +293,75 @@ TEST_CASE("softmax_in_mask_arms gives the same out and lse bit for bit", "[gpu][
           {R"({"dtype":"bf16","head_dim":128,"tile":{"block_m":64},"pingpong":false,"causal":true})", 2, 1023, 799, 8,
            2},  // one warpgroup
       });
+}
+
+// Multiplies key j's row of every (batch, kv head) of `p` by gain(j / seqlen_k), rounded to the input dtype, on the
+// host (which the reference reads) and on the device: the scores' scale, and so each row's block maximum, then
+// rises or falls along the keys.
+static void scale_keys(AttentionProblem& p, float (*gain)(double)) {
+  HostTensor& k = p.k;
+  for (int64_t b = 0; b < k.batch; ++b)
+    for (int64_t j = 0; j < k.seqlen; ++j) {
+      const float g = gain(static_cast<double>(j) / static_cast<double>(k.seqlen));
+      for (int64_t h = 0; h < k.heads; ++h)
+        for (int64_t d = 0; d < k.dim; ++d) {
+          uint16_t& bits = k.data[static_cast<size_t>(k.offset(b, j, h, d))];
+          bits = float_to_bits(k.dtype, g * bits_to_float(k.dtype, bits));
+        }
+    }
+  p.d_k.upload(k.data.data(), k.size_bytes());
+}
+
+TEST_CASE("lazy_rescale passes the float64 reference where block maxima rise, fall and jump", "[gpu][forward][lazy_rescale]") {
+  if (!have_gpu()) return;
+  // lazy_rescale changes the reference maximum O is scaled to, so its outputs differ from the eager kernel's in
+  // rounding only: both must pass FA3's rule. Key gains make the maxima move: the loop visits key blocks from the
+  // last to the first, so a gain falling along the keys raises the maximum block after block (rises below and above
+  // the slack of 8 in log2 units: a gain of 9 lifts the largest score of a row by about 2.7 x 9 x 1.44 = 35), a
+  // rising gain keeps the first block's maximum, and a step jumps once. 1-3 warpgroups, causal diagonals, seqlen_k
+  // tails, odd sizes, one key, GQA, fp16's narrower range, O rescaled before P.V, decode-shaped rows.
+  struct Gain {
+    const char* name;
+    float (*gain)(double);
+  };
+  const Gain gains[] = {
+      {"fa3 distribution", [](double) { return 1.f; }},
+      {"falling 9 -> 1", [](double x) { return static_cast<float>(9.0 - 8.0 * x); }},
+      {"rising 1 -> 9", [](double x) { return static_cast<float>(1.0 + 8.0 * x); }},
+      {"step 8x in the first fifth", [](double x) { return x < 0.2 ? 8.f : 1.f; }},
+  };
+  const PairCase cases[] = {
+      {R"({"dtype":"bf16","head_dim":128})", 2, 1023, 4224, 8, 2},
+      {R"({"dtype":"bf16","head_dim":128,"causal":true})", 2, 1023, 1111, 8, 8},
+      {R"({"dtype":"fp16","head_dim":64,"causal":true})", 2, 2049, 2049, 6, 2},
+      {R"({"dtype":"bf16","head_dim":256})", 2, 799, 1023, 8, 2},
+      {R"({"dtype":"fp16","head_dim":96})", 1, 239, 1500, 12, 4},
+      {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true})", 1, 799, 799, 16, 16},
+      {R"({"dtype":"bf16","head_dim":128,"rescale_o_before_pv":true})", 2, 113, 4224, 8, 2},
+      {R"({"dtype":"bf16","head_dim":128,"intra_wg_overlap":false,"pingpong":false})", 2, 799, 1111, 4, 2},
+      {R"({"dtype":"bf16","head_dim":64})", 3, 1, 4224, 8, 1},  // one query row per head
+      {R"({"dtype":"bf16","head_dim":128,"causal":true})", 1, 113, 1, 4, 1},  // one key
+  };
+  int passed = 0, total = 0;
+  for (const PairCase& c : cases) {
+    nlohmann::json doc = nlohmann::json::parse(c.spec);
+    doc["lazy_rescale"] = true;
+    const Spec spec = parse_spec(doc);
+    REQUIRE(spec.lazy_rescale);
+    const ProblemShape s = shape_of(spec, c);
+    for (const Gain& g : gains) {
+      AttentionProblem p(s, 17);
+      scale_keys(p, g.gain);
+      p.run(runtime(), load_kernel(runtime(), spec).get());
+      const CheckResult r = p.check(rows_to_check(s, spec.block_m));
+      INFO(spec_summary(spec) << ", " << g.name << ", batch " << c.batch << " sq " << c.seqlen_q << " sk "
+                              << c.seqlen_k << ": " << format_check(r));
+      CHECK(r.passed);
+      ++total;
+      if (r.passed) ++passed;
+    }
+  }
+  std::printf("lazy_rescale: %d of %d cases passed\n", passed, total);
 }
 
 TEST_CASE("a persistent grid gives the one-tile-per-CTA kernel's out and lse bit for bit", "[gpu][forward][persistent]") {

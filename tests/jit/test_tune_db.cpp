@@ -221,7 +221,7 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
 
   const json choice = af::tune_choice(causal);
   CHECK(choice.at("tile") == json{{"block_m", causal.block_m}, {"block_n", causal.block_n}});
-  CHECK(choice.size() == 12);
+  CHECK(choice.size() == 13);
   CHECK(af::canonical_string(af::apply_choice(causal, choice)) == af::canonical_string(causal));
   const af::Spec narrow = af::apply_choice(causal, json{{"tile", {{"block_n", 128}}}, {"stages", 2}});
   CHECK(narrow.block_n == 128);
@@ -232,6 +232,10 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
   const af::Spec d256 = af::default_spec(DType::kBf16, 256, 256, false);
   CHECK(af::apply_choice(d256, json{{"stages", 2}}).softmax_in_mask_arms);
   CHECK_FALSE(af::apply_choice(d256, json{{"mask_free_loop", true}}).softmax_in_mask_arms);
+  // lazy_rescale: a choice field of its own; a record without it takes the table's value (where the dtype allows it).
+  CHECK(choice.contains("lazy_rescale"));
+  CHECK(af::apply_choice(causal, json{{"lazy_rescale", true}}).lazy_rescale);
+  CHECK(af::apply_choice(causal, json{{"stages", 2}}).lazy_rescale == causal.lazy_rescale);
 
   const auto refused = [](const af::Spec& base, const json& c) {
     const Error e = error_of([&] { (void)af::apply_choice(base, c); });

@@ -52,7 +52,7 @@ struct Mainloop {
   using ScoreFrag = AccFragment<Cfg::kBlockN>;  // S and P: 64 x block_n per consumer warpgroup
   using OutFrag = AccFragment<Cfg::kHeadDimV>;  // O: 64 x head_dim_v per consumer warpgroup
   static constexpr bool kFp8 = Cfg::kElemBytes == 1;
-  using Softmax = OnlineSoftmax<Cfg::kBlockN, kFp8 ? 8 : 0>;
+  using Softmax = OnlineSoftmax<Cfg::kBlockN, kFp8 ? 8 : 0, Cfg::kLazyRescale>;
   // One wgmma k-step reads 32 bytes of K per row: k16 for 16-bit inputs, k32 for e4m3.
   // k-steps of S = Q.K^T; a head_dim that ends inside a step (a multiple of 8 that is not one of 16, of 16 for
   // e4m3 that is not one of 32) reads the zeros TMA wrote past the last column into the step's tail.
@@ -627,8 +627,13 @@ struct Mainloop {
     }
   }
 
-  /// O *= o_scale, row half by row half.
+  /// O *= o_scale, row half by row half. kLazyRescale (softmax.cuh): skipped, by the whole warp, when no row of it
+  /// moved its reference maximum (every factor is then exactly 1); a warp-uniform branch, so the multiplies are not
+  /// issued at all.
   static __device__ __forceinline__ void rescale_o(float (&o)[OutFrag::kRegs], const float (&o_scale)[2]) {
+    if constexpr (Cfg::kLazyRescale) {
+      if (!__any_sync(0xffffffffu, o_scale[0] != 1.f || o_scale[1] != 1.f)) return;
+    }
 #pragma unroll
     for (int i = 0; i < OutFrag::kRegs; ++i) o[i] *= o_scale[OutFrag::row_half(i)];
   }

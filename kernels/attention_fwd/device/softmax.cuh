@@ -10,6 +10,13 @@
 // kMaxOffset (e4m3, FA3's trick): P = 2^(s*c - max + 8) lies in [0, 256] instead of [0, 1], using the e4m3 range
 // (max 448) and keeping small probabilities out of its subnormals; O and the row sum carry the same 2^8, which
 // cancels in O / sum, and finalize subtracts it from the LSE.
+// kLazyRescale (spec field lazy_rescale, 16-bit P only): a row keeps the maximum O and its sum were scaled to
+// while a key block's maximum stays within kLazyRescaleSlack of it, so P = 2^(s*c - max) lies in [0, 2^slack]
+// instead of [0, 1] and O needs no rescale for that block (o_scale = 1 exactly); only a larger rise moves the
+// reference. O / sum and the LSE (max + log2 sum) are the same quantities with either reference. The caller skips
+// the multiplies of O when no row of the warp moved (mainloop.cuh: rescale_o). This is the conditional rescaling of
+// FlashAttention-4 (Blackwell), which skips O's correction while the maximum rises by less than a threshold. e4m3
+// P is already scaled to use the e4m3 range (kMaxOffset), so it has no slack.
 // Which scores are masked and how they are transformed first is the attention variant's business
 // (variant.cuh); so is the sink that joins the normaliser in finalize.
 #pragma once
@@ -43,8 +50,13 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
-template <int kBlockN, int kMaxOffset = 0>
+/// How far (log2 units) a row's block maximum may rise above the maximum O was scaled to before O is rescaled, with
+/// lazy rescaling: P <= 2^8 = 256, well inside bf16 and fp16 (max 65504) and the fp32 accumulators.
+constexpr float kLazyRescaleSlack = 8.f;
+
+template <int kBlockN, int kMaxOffset = 0, bool kLazyRescale = false>
 struct OnlineSoftmax {
+  static_assert(!(kLazyRescale && kMaxOffset != 0), "e4m3 P (max offset) has no slack for lazy rescaling");
   using Frag = AccFragment<kBlockN>;
   static constexpr int kRegs = Frag::kRegs;
   float row_max[Frag::kRowHalves];  // max of s * c over the keys seen, log2 domain
@@ -76,8 +88,11 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int k = 1; k < kChains; ++k) m = fmaxf(m, part[k]);
       m = fmaxf(row_max[h], quad_max(m) * c);
+      // Lazy: keep the reference while the rise is within the slack (a first block always moves it from -inf).
+      if constexpr (kLazyRescale) m = m <= row_max[h] + kLazyRescaleSlack ? row_max[h] : m;
       const bool empty = m == neg_inf();
-      o_scale[h] = empty ? 1.f : exp2_approx(row_max[h] - m);
+      // Lazy: exactly 1 where the reference stayed, which is what lets the caller skip O's multiplies.
+      o_scale[h] = empty || (kLazyRescale && m == row_max[h]) ? 1.f : exp2_approx(row_max[h] - m);
       row_max[h] = m;
       const float subtrahend = empty ? 0.f : m - static_cast<float>(kMaxOffset);
 #pragma unroll

@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -374,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -928,6 +928,31 @@ TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops 
   // The table's row through default_spec.
   CHECK(af::default_spec(DType::kBf16, 256, 256, true).softmax_in_mask_arms);
   CHECK_FALSE(af::default_spec(DType::kBf16, 128, 128, true).softmax_in_mask_arms);
+}
+
+TEST_CASE("lazy_rescale: its own kernel, the 16-bit dtypes only", "[spec]") {
+  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "lazy_rescale": true})");
+  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128, "lazy_rescale": false})");
+  CHECK(on.lazy_rescale);
+  CHECK_FALSE(off.lazy_rescale);
+  CHECK(af::canonical_string(on) != af::canonical_string(off));
+  CHECK(af::parse_spec(af::canonical_json(on)) == on);
+  CHECK(af::parse_spec(af::canonical_json(off)) == off);
+  CHECK_THAT(af::spec_summary(on), Contains("lazy-rescale"));
+  CHECK(af::emit_kernel(af::make_kernel_config(on)).code.find("static constexpr bool kLazyRescale = true;") !=
+        std::string::npos);
+  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find("static constexpr bool kLazyRescale = false;") !=
+        std::string::npos);
+  CHECK(parse(R"({"dtype": "fp16", "head_dim": 64, "causal": true, "lazy_rescale": true})").lazy_rescale);
+  // e4m3: never from the table, refused by name when asked for.
+  CHECK_FALSE(parse(R"({"dtype": "e4m3", "head_dim": 128})").lazy_rescale);
+  CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "lazy_rescale": true})"),
+                    Contains("\"lazy_rescale\": true is not allowed with dtype \"e4m3\""));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "lazy_rescale": "yes"})"), Contains("lazy_rescale"));
+  // A spec built in code is judged by the same rule.
+  af::Spec built = af::default_spec(DType::kE4m3, 128, 128, false);
+  built.lazy_rescale = true;
+  CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("lazy_rescale"));
 }
 
 TEST_CASE("load_k_ahead: its own kernel, and the producer it refuses", "[spec]") {
