@@ -157,3 +157,44 @@ TEST_CASE("softmax_in_mask_arms: the wait for P.V after the softmax in the one-c
     }
   }
 }
+
+TEST_CASE("lazy_rescale: O's multiplies behind a branch on the warp's vote", "[compile][sass]") {
+  // The field's saving is multiplies not issued (device/mainloop.cuh: rescale_o): ptxas must branch over them on the
+  // VOTE.ANY of the warp, not predicate them (a predicated FMUL still takes its issue slot). So after the vote a
+  // conditional branch jumps forward over at least one multiply per O register (head_dim_v / 2 per thread).
+  const std::string tool = find_cuobjdump();
+  REQUIRE_FALSE(tool.empty());
+  for (const char* dims : {R"("head_dim":64)", R"("head_dim":128,"causal":true)", R"("head_dim":256)"}) {
+    const std::string json = fmt::format(R"({{"dtype":"bf16",{},"lazy_rescale":true}})", dims);
+    INFO(json);
+    const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(json));
+    const std::string sass = disassemble(compile_kernel(af::emit_kernel(cfg)).cubin, tool);
+    // (address, instruction) of every line.
+    std::vector<std::pair<long, std::string>> code;
+    const std::regex line(R"(/\*([0-9a-f]{4,})\*/\s+([^;]*?)\s*;)");
+    for (auto it = std::sregex_iterator(sass.begin(), sass.end(), line); it != std::sregex_iterator(); ++it)
+      code.emplace_back(std::stol((*it)[1].str(), nullptr, 16), (*it)[2].str());
+    // The vote's predicate, and the first forward branch on it (ptxas schedules the softmax's tail in between).
+    const std::regex vote(R"(^VOTE\.ANY (P\d),)");
+    int votes = 0, skipped_max = 0;
+    for (size_t i = 0; i < code.size(); ++i) {
+      std::smatch v;
+      if (!std::regex_search(code[i].second, v, vote)) continue;
+      ++votes;
+      const std::regex branch("^@!?" + v[1].str() + R"( BRA (0x[0-9a-f]+)$)");
+      for (size_t j = i + 1; j < code.size(); ++j) {
+        std::smatch m;
+        if (!std::regex_search(code[j].second, m, branch)) continue;
+        const long target = std::stol(m[1].str(), nullptr, 16);
+        int fmuls = 0;
+        for (size_t k = j + 1; k < code.size() && code[k].first < target; ++k)
+          if (code[k].second.rfind("FMUL", 0) == 0) ++fmuls;
+        skipped_max = std::max(skipped_max, fmuls);
+        break;
+      }
+    }
+    INFO("VOTE.ANY: " << votes << ", most FMUL branched over after one: " << skipped_max);
+    CHECK(votes >= 1);
+    CHECK(skipped_max >= cfg.spec.head_dim_v / 2);
+  }
+}
