@@ -40,8 +40,8 @@ for stage in "${stages[@]}"; do
       t=${CHECK_TIMEOUT:-520}; pids=()
       # The forward tests in two shards: the matrix and repeat tests, and the bit-identity pairs (alone, the forward
       # shard ran past a 300 s cap on a loaded H100).
-      shards=("[gpu][forward]~[head_dims]~[mask_free_loop]~[load_k_ahead]~[rescale]~[persistent]~[cluster]~[softmax_arms]"
-              "[gpu][forward][mask_free_loop],[gpu][forward][load_k_ahead],[gpu][forward][rescale],[gpu][forward][persistent],[gpu][forward][cluster],[gpu][forward][softmax_arms]"
+      shards=("[gpu][forward]~[head_dims]~[mask_free_loop]~[load_k_ahead]~[rescale]~[persistent]~[cluster]~[softmax_arms]~[lazy_rescale]"
+              "[gpu][forward][mask_free_loop],[gpu][forward][load_k_ahead],[gpu][forward][rescale],[gpu][forward][persistent],[gpu][forward][cluster],[gpu][forward][softmax_arms],[gpu][forward][lazy_rescale]"
               "[gpu][fp8]" "[gpu][head_dims]" "[gpu][serving],[gpu][combine]"
               "[gpu][determinism],[gpu][cases],[gpu][arguments]~[serving],[gpu][quantize],[gpu][sanitize]~[serving]")
       for i in "${!shards[@]}"; do
@@ -56,7 +56,7 @@ for stage in "${stages[@]}"; do
          > "$out/pytest.log" 2>&1) & pids+=($!)
       rcs=(); for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
       for i in "${!shards[@]}"; do
-        echo "gpu tests ${shards[$i]} rc=${rcs[$i]}: $(grep -E '^(e4m3 )?forward matrix|head dims matrix|batches passed|bit for bit' "$out/gpu_tests_$i.log" | tr '\n' ' ' | cut -c1-400) | $(tail -2 "$out/gpu_tests_$i.log" | tr '\n' ' ')"
+        echo "gpu tests ${shards[$i]} rc=${rcs[$i]}: $(grep -E '^(e4m3 )?forward matrix|head dims matrix|batches passed|bit for bit|lazy_rescale: ' "$out/gpu_tests_$i.log" | tr '\n' ' ' | cut -c1-400) | $(tail -2 "$out/gpu_tests_$i.log" | tr '\n' ' ')"
         # A failing shard's failures in the summary itself (Catch's FAILED blocks: test case, expression, expansion,
         # INFO messages), so they survive where the logs do not come back.
         if (( rcs[i] != 0 )); then grep -B 6 -A 14 "FAILED:" "$out/gpu_tests_$i.log" | head -80; fi

@@ -52,9 +52,9 @@
 //                       per-block mask branch instead of after their join, so the wait for the block's P.V stays
 //                       after the softmax (device/mainloop.cuh: softmax_step says why); the outputs are the same bit
 //                       for bit
-//   lazy_rescale        bool, default from the tile table (tile_table.cpp: lazy_rescale_row); 16-bit dtypes only
+//   lazy_rescale        bool, default false (not in the tile table until measured); 16-bit dtypes only
 //                       (lazy_rescale_fits): a row keeps the maximum O was scaled to while a key block's maximum
-//                       rises less than 8 (log2 units) above it, so P lies in [0, 256] and O is rescaled only when a
+//                       rises at most 8 (log2 units) above it, so P lies in [0, 256] and O is rescaled only when a
 //                       row of the warp moves its maximum further (device/softmax.cuh); outputs and LSE agree with
 //                       false to rounding, not bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,

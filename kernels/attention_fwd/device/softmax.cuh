@@ -11,7 +11,7 @@
 // (max 448) and keeping small probabilities out of its subnormals; O and the row sum carry the same 2^8, which
 // cancels in O / sum, and finalize subtracts it from the LSE.
 // kLazyRescale (spec field lazy_rescale, 16-bit P only): a row keeps the maximum O and its sum were scaled to
-// while a key block's maximum stays within kLazyRescaleSlack of it, so P = 2^(s*c - max) lies in [0, 2^slack]
+// while a key block's maximum rises at most kLazyRescaleSlack above it, so P = 2^(s*c - max) lies in [0, 2^slack]
 // instead of [0, 1] and O needs no rescale for that block (o_scale = 1 exactly); only a larger rise moves the
 // reference. O / sum and the LSE (max + log2 sum) are the same quantities with either reference. The caller skips
 // the multiplies of O when no row of the warp moved (mainloop.cuh: rescale_o). This is the conditional rescaling of
@@ -88,8 +88,9 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int k = 1; k < kChains; ++k) m = fmaxf(m, part[k]);
       m = fmaxf(row_max[h], quad_max(m) * c);
-      // Lazy: keep the reference while the rise is within the slack (a first block always moves it from -inf).
-      if constexpr (kLazyRescale) m = m <= row_max[h] + kLazyRescaleSlack ? row_max[h] : m;
+      // Lazy: keep the reference while the rise is within the slack (a first block always moves it from -inf: the
+      // rise is +inf). The difference, not row_max + slack: at |row_max| >= 2^27 the sum would round by 16.
+      if constexpr (kLazyRescale) m = m - row_max[h] <= kLazyRescaleSlack ? row_max[h] : m;
       const bool empty = m == neg_inf();
       // Lazy: exactly 1 where the reference stayed, which is what lets the caller skip O's multiplies.
       o_scale[h] = empty || (kLazyRescale && m == row_max[h]) ? 1.f : exp2_approx(row_max[h] - m);
