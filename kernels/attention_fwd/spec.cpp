@@ -295,8 +295,10 @@ bool softmax_in_mask_arms_fits(const Spec& spec) {
 }
 
 // e4m3 P is scaled by 2^8 to use the e4m3 range (device/softmax.cuh: kMaxOffset); a rise of its reference maximum
-// would overflow it.
-bool lazy_rescale_fits(const Spec& spec) { return spec.dtype != DType::kE4m3; }
+// would overflow it. With rescale_o_before_pv, O's multiplies sit between a warpgroup's two GEMM issues, where the
+// per-warp branch that skips them lets the warps of one warpgroup reach its wgmma at different instructions
+// (compute-sanitizer synccheck: "Mismatching warpgroup instruction pc between warps", fp16 d256, 2026-12-07).
+bool lazy_rescale_fits(const Spec& spec) { return spec.dtype != DType::kE4m3 && !spec.rescale_o_before_pv; }
 
 bool load_k_ahead_fits(const Spec& spec) {
   return spec.dtype != DType::kE4m3 || spec.v_layout == VLayout::kDMajor;
@@ -344,8 +346,11 @@ void validate(const Spec& spec) {
                         "intra_wg_overlap true and fp32_two_level_accum false",
                         spec.intra_wg_overlap, spec.fp32_two_level_accum));
   if (spec.lazy_rescale && !lazy_rescale_fits(spec))
-    invalid("spec field \"lazy_rescale\": true is not allowed with dtype \"e4m3\": its P already spans the e4m3 "
-            "range, so it has no room for a stale maximum; expected false, or dtype \"bf16\" or \"fp16\"");
+    invalid(fmt::format("spec field \"lazy_rescale\": true is not allowed with dtype \"{}\" and rescale_o_before_pv "
+                        "{}: e4m3 P already spans the e4m3 range (no room for a stale maximum), and before P.V the "
+                        "per-warp skip of O's multiplies would split a warpgroup between its GEMM issues; expected "
+                        "dtype \"bf16\" or \"fp16\" and rescale_o_before_pv false",
+                        dtype_name(spec.dtype), spec.rescale_o_before_pv));
   if (spec.load_k_ahead && !load_k_ahead_fits(spec))
     invalid("spec field \"load_k_ahead\": true is not allowed with dtype \"e4m3\" and v_layout \"seq_major\": that "
             "producer transposes V one block behind its loads; expected false, or v_layout \"d_major\"");

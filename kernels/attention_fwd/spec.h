@@ -52,8 +52,8 @@
 //                       per-block mask branch instead of after their join, so the wait for the block's P.V stays
 //                       after the softmax (device/mainloop.cuh: softmax_step says why); the outputs are the same bit
 //                       for bit
-//   lazy_rescale        bool, default false (not in the tile table until measured); 16-bit dtypes only
-//                       (lazy_rescale_fits): a row keeps the maximum O was scaled to while a key block's maximum
+//   lazy_rescale        bool, default from the tile table (tile_table.cpp: lazy_rescale_row); 16-bit dtypes
+//                       without rescale_o_before_pv (lazy_rescale_fits): a row keeps the maximum O was scaled to while a key block's maximum
 //                       rises at most 8 (log2 units) above it, so P lies in [0, 256] and O is rescaled only when a
 //                       row of the warp moves its maximum further (device/softmax.cuh); outputs and LSE agree with
 //                       false to rounding, not bit for bit
@@ -228,8 +228,9 @@ bool load_k_ahead_fits(const Spec& spec);
 /// applies only where it holds.
 bool softmax_in_mask_arms_fits(const Spec& spec);
 
-/// Whether `spec`'s P can take lazy_rescale (16-bit dtypes: e4m3 P already spans the e4m3 range); validate() refuses
-/// it elsewhere and the tile table's value applies only where it holds.
+/// Whether `spec` can take lazy_rescale (16-bit dtypes: e4m3 P already spans the e4m3 range; not with
+/// rescale_o_before_pv: the skip would branch between a warpgroup's GEMM issues); validate() refuses it elsewhere and
+/// the tile table's value applies only where it holds.
 bool lazy_rescale_fits(const Spec& spec);
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.

@@ -172,6 +172,16 @@ bool softmax_in_mask_arms_row(DType dtype, int row, int row_v) {
   return dtype != DType::kE4m3 && std::max(row, row_v) == 256;
 }
 
+// Whether the tile rescales O lazily (spec.h: lazy_rescale; applied where lazy_rescale_fits). Measured on an H100 in one
+// process (bench_fwd.py fa3jit_alt = the table's kernel with it on, 1k / 4k / 16k keys, both masks; bench/NOTES.md,
+// 2026-12-07): 16-bit d256 +3-4 % in all 6 cells (its 128 multiplies of O per 80-key block are most of what stands
+// between P.V's wait and the next turn), d96, d192, 192 / 128 within 2 % either way (0.98-1.02), d128 0.98-1.02, d64
+// 0.96-0.98 (three warpgroups of 64 rows: the vote and the compare-selects cost more than the 32 multiplies saved).
+// Taken for 256 only.
+bool lazy_rescale_row(DType dtype, int row, int row_v) {
+  return dtype != DType::kE4m3 && std::max(row, row_v) == 256;
+}
+
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
@@ -193,6 +203,7 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   t.load_k_ahead = load_k_ahead_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   t.mask_free_loop = mask_free_loop_row(dtype);
   t.softmax_in_mask_arms = softmax_in_mask_arms_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
+  t.lazy_rescale = lazy_rescale_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 
@@ -209,7 +220,7 @@ TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
   TileDefaults t{64, 128, 1, 2, false, true};
   t.mask_free_loop = mask_free_loop_row(dtype);
   // softmax_in_mask_arms stays off: decode measured within 1 % either way (one warpgroup, short loops; bench/NOTES.md,
-  // 2026-12-07), so its kernels keep the shorter compile.
+  // 2026-12-07), so its kernels keep the shorter compile. lazy_rescale stays off: decode was not measured with it.
   switch (std::max(tuned_row(head_dim), tuned_row(head_dim_v))) {
     case 64: t.stages = 4; break;
     case 96:

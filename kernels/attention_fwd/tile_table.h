@@ -31,7 +31,7 @@ struct TileDefaults {
   bool load_k_ahead = false;          // where the producer is not e4m3's V-transposing one (spec.h: load_k_ahead_fits)
   bool mask_free_loop = false;        // tile_table.cpp: mask_free_loop_row
   bool softmax_in_mask_arms = false;  // tile_table.cpp: softmax_in_mask_arms_row
-  bool lazy_rescale = false;          // off in the table (spec.h: lazy_rescale); a tuned record may set it
+  bool lazy_rescale = false;          // tile_table.cpp: lazy_rescale_row, where the spec allows it
 };
 
 /// Default tile for (dtype, head_dim, head_dim_v, causal), each dim of the dtype's rule (spec.h: HeadDimRule). The

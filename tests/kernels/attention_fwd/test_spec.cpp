@@ -435,10 +435,10 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
         "bf16 d128 causal 128x128 wg2 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) ==
-        "fp16 d256 128x80 wg2 st2 pingpong overlap k-ahead softmax-in-arms persistent");
+        "fp16 d256 128x80 wg2 st2 pingpong overlap k-ahead softmax-in-arms lazy-rescale persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
-        "bf16 d256 128x80 wg2 st2 k-ahead persistent");
+        "bf16 d256 128x80 wg2 st2 k-ahead lazy-rescale persistent");
   CHECK(af::name_token(spec) == "bf16_d128_causal");
   CHECK(af::name_token(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16_d64_full");
 }
@@ -949,6 +949,18 @@ TEST_CASE("lazy_rescale: its own kernel, the 16-bit dtypes only", "[spec]") {
   CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "lazy_rescale": true})"),
                     Contains("\"lazy_rescale\": true is not allowed with dtype \"e4m3\""));
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "lazy_rescale": "yes"})"), Contains("lazy_rescale"));
+  // Not with O rescaled before P.V (the skip would branch between a warpgroup's GEMM issues): refused by name, and the
+  // table's value yields to it.
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 256, "rescale_o_before_pv": true, "lazy_rescale": true})"),
+                    Contains("rescale_o_before_pv true"));
+  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 256, "rescale_o_before_pv": true})").lazy_rescale);
+  // The table: 16-bit d256 (both masks), nothing else.
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 256})").lazy_rescale);
+  CHECK(parse(R"({"dtype": "fp16", "head_dim": 256, "causal": true})").lazy_rescale);
+  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 128})").lazy_rescale);
+  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 64, "causal": true})").lazy_rescale);
+  CHECK_FALSE(parse(R"({"dtype": "e4m3", "head_dim": 256})").lazy_rescale);
+  CHECK(af::default_spec(DType::kBf16, 256, 256, false).lazy_rescale);
   // A spec built in code is judged by the same rule.
   af::Spec built = af::default_spec(DType::kE4m3, 128, 128, false);
   built.lazy_rescale = true;
