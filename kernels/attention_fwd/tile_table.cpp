@@ -173,10 +173,11 @@ bool softmax_in_mask_arms_row(DType dtype, int row, int row_v) {
 }
 
 // Whether the tile rescales O lazily (spec.h: lazy_rescale; applied where lazy_rescale_fits). Measured on an H100 in one
-// process (bench_fwd.py fa3jit_alt = the table's kernel with it on, 1k / 4k / 16k keys, both masks; bench/NOTES.md,
-// 2026-12-07): 16-bit d256 +3-4 % in all 6 cells (its 128 multiplies of O per 80-key block are most of what stands
-// between P.V's wait and the next turn), d96, d192, 192 / 128 within 2 % either way (0.98-1.02), d128 0.98-1.02, d64
-// 0.96-0.98 (three warpgroups of 64 rows: the vote and the compare-selects cost more than the 32 multiplies saved).
+// process (bench_fwd.py fa3jit_alt = the table's kernel with it on, both masks, 1k / 4k / 16k keys for 64, 128, 256 and
+// 2k / 8k for the others; bench/NOTES.md, 2026-12-07): 16-bit d256 +3-4 % in all 6 cells (128 multiplies of O per
+// 80-key block skipped), d96, d192, 192 / 128 within 2 % either way (0.98-1.02), d128 0.98-1.02, d64
+// 0.96-0.98 (three warpgroups of 64 rows; a reading, not profiled: the vote and the compare-selects cost more than the
+// 32 multiplies saved).
 // Taken for 256 only.
 bool lazy_rescale_row(DType dtype, int row, int row_v) {
   return dtype != DType::kE4m3 && std::max(row, row_v) == 256;
