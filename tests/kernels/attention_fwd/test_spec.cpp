@@ -865,18 +865,26 @@ TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the de
   CHECK(af::parse_spec(af::canonical_json(two)) == two);
 }
 
+// A boolean schedule knob names its own kernel: `on` has it and `off` does not, the two canonical strings differ, both
+// survive the JSON round trip, the summary shows `token` with it, and the generated Cfg carries it as `constant`.
+static void check_knob_kernel(const Spec& on, const Spec& off, bool Spec::*knob, const char* token,
+                              const std::string& constant) {
+  CHECK(on.*knob);
+  CHECK_FALSE(off.*knob);
+  CHECK(af::canonical_string(on) != af::canonical_string(off));
+  CHECK(af::parse_spec(af::canonical_json(on)) == on);
+  CHECK(af::parse_spec(af::canonical_json(off)) == off);
+  CHECK_THAT(af::spec_summary(on), Contains(token));
+  CHECK_THAT(af::spec_summary(off), !Contains(token));
+  const std::string line = "static constexpr bool " + constant + " = ";
+  CHECK(af::emit_kernel(af::make_kernel_config(on)).code.find(line + "true;") != std::string::npos);
+  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find(line + "false;") != std::string::npos);
+}
+
 TEST_CASE("rescale_o_before_pv: its own kernel, and the schedules it refuses", "[spec]") {
   const Spec off = parse(R"({"dtype": "bf16", "head_dim": 256, "rescale_o_before_pv": false})");
   const Spec on = parse(R"({"dtype": "bf16", "head_dim": 256, "rescale_o_before_pv": true})");
-  CHECK(on.rescale_o_before_pv);
-  CHECK_FALSE(off.rescale_o_before_pv);
-  CHECK(af::canonical_string(on) != af::canonical_string(off));
-  CHECK(af::parse_spec(af::canonical_json(on)) == on);
-  CHECK_THAT(af::spec_summary(on), Contains("rescale-early"));
-  CHECK(af::emit_kernel(af::make_kernel_config(on)).code.find("static constexpr bool kRescaleOBeforePv = true;") !=
-        std::string::npos);
-  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find("static constexpr bool kRescaleOBeforePv = false;") !=
-        std::string::npos);
+  check_knob_kernel(on, off, &Spec::rescale_o_before_pv, "rescale-early", "kRescaleOBeforePv");
   // It moves a step of the intra_wg_overlap schedule: without that schedule, or with two-level accumulation (which
   // rescales O as it adds the fresh accumulator), it is refused by name.
   CHECK_THROWS_WITH(
@@ -894,13 +902,7 @@ TEST_CASE("rescale_o_before_pv: its own kernel, and the schedules it refuses", "
 TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops it refuses", "[spec]") {
   const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "softmax_in_mask_arms": true})");
   const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128})");
-  CHECK(on.softmax_in_mask_arms);
-  CHECK_FALSE(off.softmax_in_mask_arms);
-  CHECK(af::canonical_string(on) != af::canonical_string(off));
-  CHECK(af::parse_spec(af::canonical_json(on)) == on);
-  CHECK_THAT(af::spec_summary(on), Contains("softmax-in-arms"));
-  CHECK(af::emit_kernel(af::make_kernel_config(on)).code.find("static constexpr bool kSoftmaxInMaskArms = true;") !=
-        std::string::npos);
+  check_knob_kernel(on, off, &Spec::softmax_in_mask_arms, "softmax-in-arms", "kSoftmaxInMaskArms");
   // The table: 16-bit d256 (both masks), nothing else; e4m3 runs two copies of the loop, where it does not apply.
   CHECK(parse(R"({"dtype": "fp16", "head_dim": 256, "causal": true})").softmax_in_mask_arms);
   CHECK(parse(R"({"dtype": "bf16", "head_dim": 256})").softmax_in_mask_arms);
@@ -918,8 +920,6 @@ TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops 
                     Contains("fp32_two_level_accum true"));
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "softmax_in_mask_arms": 1})"),
                     Contains("softmax_in_mask_arms"));
-  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find("static constexpr bool kSoftmaxInMaskArms = false;") !=
-        std::string::npos);
   // A spec built in code is judged by the same rule.
   af::Spec built = af::default_spec(DType::kBf16, 128, 128, false);
   built.mask_free_loop = true;
@@ -933,16 +933,7 @@ TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops 
 TEST_CASE("lazy_rescale: its own kernel, the 16-bit dtypes only", "[spec]") {
   const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "lazy_rescale": true})");
   const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128, "lazy_rescale": false})");
-  CHECK(on.lazy_rescale);
-  CHECK_FALSE(off.lazy_rescale);
-  CHECK(af::canonical_string(on) != af::canonical_string(off));
-  CHECK(af::parse_spec(af::canonical_json(on)) == on);
-  CHECK(af::parse_spec(af::canonical_json(off)) == off);
-  CHECK_THAT(af::spec_summary(on), Contains("lazy-rescale"));
-  CHECK(af::emit_kernel(af::make_kernel_config(on)).code.find("static constexpr bool kLazyRescale = true;") !=
-        std::string::npos);
-  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find("static constexpr bool kLazyRescale = false;") !=
-        std::string::npos);
+  check_knob_kernel(on, off, &Spec::lazy_rescale, "lazy-rescale", "kLazyRescale");
   CHECK(parse(R"({"dtype": "fp16", "head_dim": 64, "causal": true, "lazy_rescale": true})").lazy_rescale);
   // e4m3: never from the table, refused by name when asked for.
   CHECK_FALSE(parse(R"({"dtype": "e4m3", "head_dim": 128})").lazy_rescale);
