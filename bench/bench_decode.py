@@ -82,6 +82,10 @@ def parse_args():
     parser.add_argument("--sdpa-layout", choices=["view", "contiguous"], default="view")
     parser.add_argument("--fa3-site", default=os.environ.get("FA3_SITE") or "/tmp/site",
                         help="directory holding fa3_fwd_interface.py and fa3_fwd/ (the fa3-fwd wheel)")
+    parser.add_argument("--unused-keys", type=int, default=0, metavar="N",
+                        help="cache_seqlens = seqlen_k - N: each sequence's last key block ends inside the block, as "
+                             "serving lengths do (GB/s then counts the keys used; cuDNN, which takes no lengths, "
+                             "reads n/a)")
     parser.add_argument("--no-host-cost", action="store_true", help="leave out the host-cost line")
     parser.add_argument("--out-dir", type=pathlib.Path, default=ROOT / "bench" / "results")
     parser.add_argument("--json", type=pathlib.Path, help="also write the results JSON here")
@@ -147,12 +151,12 @@ def paged_cache(torch, k, v, page_size, generator):
     return pools[0], pools[1], order.view(batch, pages).to(torch.int32)
 
 
-def tensors(torch, batch, seqlen_k, heads, heads_kv):
+def tensors(torch, batch, seqlen_k, heads, heads_kv, unused_keys=0):
     generator = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(batch, 1, heads, HEAD_DIM, dtype=torch.bfloat16, device="cuda", generator=generator)
     k, v = (torch.randn(batch, seqlen_k, heads_kv, HEAD_DIM, dtype=torch.bfloat16, device="cuda",
                         generator=generator) for _ in range(2))
-    seqlens = torch.full((batch,), seqlen_k, dtype=torch.int32, device="cuda")
+    seqlens = torch.full((batch,), seqlen_k - unused_keys, dtype=torch.int32, device="cuda")
     return q, k, v, seqlens
 
 
@@ -189,14 +193,18 @@ def make_calls(torch, fa3jit, fa3_call, q, k, v, seqlens, column, args):
 
 def bench_cell(torch, fa3jit, fa3, timer, cell, args):
     batch, seqlen_k, heads, heads_kv = cell
-    q, k, v, seqlens = tensors(torch, batch, seqlen_k, heads, heads_kv)
-    kv_bytes = batch * seqlen_k * heads_kv * HEAD_DIM * 2 * 2
-    row = {"batch": batch, "seqlen_k": seqlen_k, "heads": heads, "heads_kv": heads_kv, "kv_bytes": kv_bytes}
+    q, k, v, seqlens = tensors(torch, batch, seqlen_k, heads, heads_kv, args.unused_keys)
+    kv_bytes = batch * (seqlen_k - args.unused_keys) * heads_kv * HEAD_DIM * 2 * 2
+    row = {"batch": batch, "seqlen_k": seqlen_k, "heads": heads, "heads_kv": heads_kv, "kv_bytes": kv_bytes,
+           "unused_keys": args.unused_keys}
     fa3_call, fa3_where = fa3
     outputs, calls = {}, {}
     for column in args.backends:
         if column == "fa3" and fa3_call is None:
             row[column] = {"error": f"FA3 not available: {fa3_where}"}
+            continue
+        if column == "cudnn" and args.unused_keys:
+            row[column] = {"error": "cuDNN (torch SDPA) takes no per-sequence key counts (--unused-keys)"}
             continue
         try:
             call = make_calls(torch, fa3jit, fa3_call, q, k, v, seqlens, column, args)

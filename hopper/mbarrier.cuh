@@ -24,6 +24,24 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 
+/// The parity of the barrier's current, incomplete phase: 1 once a phase of parity 0 has completed and the next has
+/// not (PTX ISA, mbarrier.test_wait.parity: true when the phase of the given parity has completed). The phase to
+/// wait for next, for a barrier whose every phase this thread waits for before the next one starts; saves the
+/// caller a register carried across its loop.
+__device__ __forceinline__ uint32_t mbarrier_current_parity(uint32_t bar) {
+  uint32_t odd;
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 done, [%1], 0;\n"
+      "selp.u32 %0, 1, 0, done;\n"
+      "}\n"
+      : "=r"(odd)
+      : "r"(bar)
+      : "memory");
+  return odd;
+}
+
 // The wait loop of mbarrier_wait and mbarrier_wait_cluster, `sem` the try_wait's semantics qualifiers ("" is the
 // default, .acquire at .cta scope). Operands: %0 the barrier, %1 the parity, %2 the suspend-time hint in ns.
 #define FA3JIT_MBARRIER_WAIT_LOOP(sem)                                      \

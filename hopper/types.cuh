@@ -23,6 +23,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
 __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(value) : "memory");
 }
+/// Zeroes the 16 bytes at a 16-byte-aligned shared-memory address.
+__device__ __forceinline__ void st_shared_zero_16(uint32_t addr) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(addr), "r"(0u) : "memory");
+}
 __device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
   uint32_t value;
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(value) : "r"(addr) : "memory");

@@ -215,11 +215,16 @@ CallShape check_shape(const ForwardArgs& a) {
                              a.softmax_scale));
   if (a.lse != nullptr && reinterpret_cast<uintptr_t>(a.lse) % 4 != 0)
     bad_argument("argument lse is not 4-byte aligned (float32 expected)");
-  if (a.v_layout == VLayout::kDMajor && (!fp8 || s.varlen_k || s.paged))
+  // With seqused_k too: the kernel zeroes V's keys past a sequence's length in its last block (0 x garbage in P.V
+  // would reach the output) for a V given seq-major only (device/mainloop.cuh: first_block_keys).
+  if (a.v_layout == VLayout::kDMajor && (!fp8 || s.varlen_k || s.paged || a.seqused_k != nullptr))
     bad_argument(fmt::format("argument v_layout = d_major is not allowed {}; a transposed V is for e4m3 inputs in "
-                             "dense (batch, num_heads_kv, head_dim_v, seqlen_k) tensors, expected seq_major",
-                             !fp8 ? fmt::format("with dtype {}", dtype_name(a.dtype))
-                                  : s.paged ? std::string("with page_table") : std::string("with cu_seqlens_k")));
+                             "dense (batch, num_heads_kv, head_dim_v, seqlen_k) tensors of seqlen_k keys each, "
+                             "expected seq_major",
+                             !fp8      ? fmt::format("with dtype {}", dtype_name(a.dtype))
+                             : s.paged ? std::string("with page_table")
+                             : s.varlen_k ? std::string("with cu_seqlens_k")
+                                          : std::string("with seqused_k")));
   if (!fp8 && (a.q_descale.data || a.k_descale.data || a.v_descale.data))
     bad_argument(fmt::format("arguments q_descale, k_descale, v_descale must be null with dtype {}: descales belong "
                              "to e4m3 inputs",

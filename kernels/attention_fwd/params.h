@@ -112,11 +112,11 @@ struct SmemPlan {
   int o_staging_bytes;  // what the epilogue may use: that area and the O tail
   int q_offset, v_load_offset, k_offset, v_offset, o_offset, barrier_offset;
   int num_barriers;     // q_full + k_full, k_empty, v_full, v_empty per stage (+ v_load_full, v_load_empty with a
-                        // V load stage) (+ kPersistentBarriers on a persistent grid)
+                        // V load stage, else + v_tail) (+ kPersistentBarriers on a persistent grid)
   int launch_bytes;     // dynamic shared memory requested at launch
 };
 
-inline constexpr int kBarrierAreaBytes = 256;  // room for the mbarriers of up to 4 stages (27 x 8 bytes)
+inline constexpr int kBarrierAreaBytes = 256;  // room for the mbarriers of up to 4 stages (at most 32 x 8 bytes)
 /// 8-byte entries after the stage barriers of a persistent grid (device/smem_layout.cuh): q_empty, o_empty, tile_full[2],
 /// tile_empty[2] and the two int32 slots through which the producer hands a dynamically scheduled tile to the consumers.
 inline constexpr int kPersistentBarriers = 7;
@@ -157,7 +157,7 @@ FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int he
   p.v_offset = p.k_offset + stages * p.k_stage_bytes;
   p.o_offset = persistent ? p.v_offset : p.q_offset;
   p.barrier_offset = p.v_offset + stages * p.v_stage_bytes + (persistent ? p.o_tail_bytes : 0);
-  p.num_barriers = 1 + (load_stages ? 6 : 4) * stages + (persistent ? kPersistentBarriers : 0);
+  p.num_barriers = 1 + (load_stages ? 6 * stages : 4 * stages + 1) + (persistent ? kPersistentBarriers : 0);
   p.launch_bytes = p.barrier_offset + kBarrierAreaBytes + kSmemAlignSlack;
   return p;
 }

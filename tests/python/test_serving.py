@@ -187,15 +187,19 @@ def _cu_seqlens(torch, lengths):
     return torch.tensor(offsets, dtype=torch.int32, device="cuda"), offsets
 
 
-def _paged_cache(torch, generator, dtype, keys, values, page_size, garbage_pages=3):
+def _paged_cache(torch, generator, dtype, keys, values, page_size, garbage_pages=3, nan_garbage=False):
     """A paged cache holding each sequence's keys/values (lists of (L, hkv, d)) in pages spread over the cache in
     shuffled order, sequences interleaved; unused rows and pages hold large finite garbage (so a wrong read shows),
-    unused page-table entries -5 or 10**6. Returns k_cache, v_cache, page_table (batch, max_pages)."""
+    or NaN with nan_garbage (a cache from torch.empty), unused page-table entries -5 or 10**6. Returns k_cache,
+    v_cache, page_table (batch, max_pages)."""
     needed = [-(-k.shape[0] // page_size) for k in keys]
     num_pages = sum(needed) + garbage_pages
     heads_kv, head_dim = keys[0].shape[1], keys[0].shape[2]
     k_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, head_dim) * 30
     v_cache = _randn(torch, generator, dtype, num_pages, page_size, heads_kv, values[0].shape[2]) * 30
+    if nan_garbage:
+        k_cache.fill_(math.nan)
+        v_cache.fill_(math.nan)
     max_pages = max(needed) + 2
     table = torch.tensor([[-5 if j % 2 else 10 ** 6 for j in range(max_pages)] for _ in keys], dtype=torch.int32)
     physical = torch.randperm(num_pages, generator=torch.Generator().manual_seed(num_pages)).tolist()
@@ -489,7 +493,9 @@ def _fp8_cases():
 def test_fp8_kv_cache(layout, q_kind, seqlen_q, num_splits, head_dim, group, scales):
     """e4m3 K/V pages (or a dense e4m3 cache) with per-(batch, kv head) descales, e4m3 q or a 16-bit q quantised in
     the call, decode and chunked prefill, split and not: each sequence against the float64 attention of the
-    dequantised inputs with FlashAttention-3's FP8 rule (attention_reference.check_fp8_against_reference)."""
+    dequantised inputs with FlashAttention-3's FP8 rule (attention_reference.check_fp8_against_reference). Every
+    cache slot that holds no sequence's key is NaN (e4m3's 0x7f, a cache from torch.empty): none may reach the
+    output, through P = 0 times a NaN value in P.V or otherwise."""
     torch = pytest.importorskip("torch")
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("this torch has no float8_e4m3fn")
@@ -520,10 +526,11 @@ def test_fp8_kv_cache(layout, q_kind, seqlen_q, num_splits, head_dim, group, sca
     if layout == "dense":
         k_dense, v_dense, table = k8.float(), v8.float(), None
         for b, n in enumerate(cache_lengths):
-            k_dense[b, n:], v_dense[b, n:] = 300.0, -300.0
+            k_dense[b, n:], v_dense[b, n:] = math.nan, math.nan
         k_cache, v_cache = k_dense.to(e4m3), v_dense.to(e4m3)  # e4m3 values round-trip exactly
     else:
-        k_pages, v_pages, table = _paged_cache(torch, generator, torch.float32, keys, values, int(layout[5:]))
+        k_pages, v_pages, table = _paged_cache(torch, generator, torch.float32, keys, values, int(layout[5:]),
+                                               nan_garbage=True)
         k_cache, v_cache = k_pages.to(e4m3), v_pages.to(e4m3)
     cache_seqlens = torch.tensor(cache_lengths, dtype=torch.int32, device="cuda")
 

@@ -391,6 +391,62 @@ struct Mainloop {
     }
   }
 
+  /// Keys of the sequence in the tile's first visited key block (n_block_max - 1) when the rest of that block lies
+  /// inside the K/V tensors and so holds whatever is there: another sequence's keys, or cache slots nobody wrote
+  /// (NaN from torch.empty) with packed or paged K/V or a seqused_k shorter than the tensor. Their scores are masked
+  /// to -inf, so P is 0 there, but 0 x NaN in P.V is NaN: V's rows past seqlen_k are zeroed before P.V reads them
+  /// (load_v_zeroing_tail; e4m3 with its V transpose: TransposeV's key mask). K's need nothing: the mask selects
+  /// -inf whatever the score. block_n where nothing is to be zeroed: a full block, TMA's zero fill past a dense
+  /// tensor's seqlen_k, the gather copies' own zeros; v_layout d_major takes no seqused_k and no packed or paged
+  /// K/V (launch.cpp). With cluster_m 2 (dense, non-causal) both CTAs of a cluster see the same sequence and key
+  /// range, so both take load_v_zeroing_tail for the same block and each other's multicast halves complete v_tail.
+  static __device__ __forceinline__ int first_block_keys(const TileWork& w, const Params& p) {
+    if constexpr (Cfg::kPagedGather || Smem::kVDMajor) {
+      return Cfg::kBlockN;
+    } else {
+      if (!Cfg::kVarlenK && !Cfg::kPagedKv && p.seqused_k == nullptr) return Cfg::kBlockN;
+      return min(Cfg::kBlockN, w.seq.seqlen_k - (w.range.n_block_max - 1) * Cfg::kBlockN);
+    }
+  }
+
+  /// Zeroes rows [rows, block_n) of the 16-bit V stage at `dst` (column blocks of block_n rows x 128 bytes: whole
+  /// 128-byte lines, so the swizzle inside a line does not matter), 16 bytes per lane and step.
+  static __device__ __forceinline__ void zero_v_rows(uint32_t dst, int rows, int lane) {
+    constexpr int kColBlocks = (Cfg::kHeadDimV * Cfg::kElemBytes + kRowBytes - 1) / kRowBytes;
+    constexpr uint32_t kColBlockBytes = Cfg::kBlockN * kRowBytes;
+#pragma unroll 1
+    for (uint32_t at = dst + static_cast<uint32_t>(rows * kRowBytes + 16 * lane); at < dst + kColBlockBytes;
+         at += 32 * 16) {
+#pragma unroll
+      for (int j = 0; j < kColBlocks; ++j) st_shared_zero_16(at + j * kColBlockBytes);
+    }
+  }
+
+  /// V block n_block, of which only the first `keys` rows are the sequence's (first_block_keys): its TMA loads
+  /// complete v_tail instead of the stage's v_full; the producer warp waits for them, zeroes the other rows, makes
+  /// its stores visible to wgmma (fence.proxy.async by every writing lane; __syncwarp orders them before lane 0's
+  /// arrive, bar.warp.sync's memory ordering) and then completes v_full with an arrival and no bytes. The wait costs
+  /// the producer one load latency at the tile's first V block, which the consumers wait for anyway. The producer
+  /// alone waits on v_tail, every phase before the next starts, so the phase to wait for is read from the barrier
+  /// (mbarrier_current_parity) rather than carried in a register (the producer has 24).
+  static __device__ __forceinline__ void load_v_zeroing_tail(const Smem& sm, const PipelineState<Cfg::kStages>& at,
+                                                             int n_block, int keys, const TileWork& w,
+                                                             const Params& p, int lane, const BlockPages& pages,
+                                                             GatherSignal& signal) {
+    const uint32_t parity = mbarrier_current_parity(sm.v_tail());
+    if (lane == 0) {
+      mbarrier_wait(sm.v_empty(at.stage), at.phase ^ 1u);
+      mbarrier_arrive_expect_tx(sm.v_tail(), Smem::kVStageBytes);
+    }
+    __syncwarp();
+    load_block<Cfg::kHeadDimV>(sm.v(at.stage), false, sm.v_tail(), n_block, w, p, lane, pages, signal);
+    mbarrier_wait(sm.v_tail(), parity);
+    zero_v_rows(sm.v(at.stage), keys, lane);
+    fence_proxy_async_smem();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(sm.v_full(at.stage));
+  }
+
   /// Lane 0's wait for a free stage (of each gather warp with paged_gather), and with TMA its arming of the full
   /// barrier with the stage's bytes.
   static __device__ __forceinline__ void acquire_stage(uint32_t empty_bar, uint32_t phase, uint32_t full_bar,
@@ -431,36 +487,60 @@ struct Mainloop {
         }
       }
     };
-    auto load_v = [&](int n_block, const PipelineState<Cfg::kStages>& at, const BlockPages& page) {
+    // keys: first_block_keys for the tile's first block, else block_n (the zeroing compiled out).
+    auto load_v = [&](int n_block, const PipelineState<Cfg::kStages>& at, const BlockPages& page, int keys) {
       if constexpr (Cfg::kPersistent) {
         if (loaded > 0 && n_block == n_first) {
           if (lane == 0) mbarrier_wait(sm.o_empty(), static_cast<uint32_t>(loaded - 1) & 1u);
           __syncwarp();
         }
       }
+      if (keys < Cfg::kBlockN) {
+        load_v_zeroing_tail(sm, at, n_block, keys, w, p, lane, page, gathered);
+        return;
+      }
       acquire_stage(sm.v_empty(at.stage), at.phase, sm.v_full(at.stage), Smem::kVStageBytes, lane);
       load_block<Cfg::kHeadDimV>(sm.v(at.stage), false, sm.v_full(at.stage), n_block, w, p, lane, page, gathered);
     };
+    // Where the tile's first block may need V rows zeroed, it is peeled off the loops: the zeroing's registers fit
+    // the producer's 24 outside the loop only (inside, ptxas spilled the persistent tile counter). The gather kernels
+    // (their copies write zeros) keep the loops whole: peeled, their 32-register producers spilled.
+    constexpr bool kPeelFirst = !Cfg::kPagedGather && !Smem::kVDMajor;
+    int n_block = n_first;
     if constexpr (Cfg::kLoadKAhead) {
       // The next block's stage is derived and its pages looked up again for V (an L1 hit) rather than carried: the
       // producer runs in 24 registers.
-      load_k(n_first, pipe, block_pages(n_first, lane, w, p));
-      for (int n_block = n_first; n_block >= w.range.n_block_min; --n_block) {
-        if (n_block > w.range.n_block_min) {
+      auto load_k_next = [&](int n) {
+        if (n > w.range.n_block_min) {
           PipelineState<Cfg::kStages> k_at = pipe;
           k_at.advance();
-          load_k(n_block - 1, k_at, block_pages(n_block - 1, lane, w, p));
+          load_k(n - 1, k_at, block_pages(n - 1, lane, w, p));
         }
-        load_v(n_block, pipe, block_pages(n_block, lane, w, p));
+      };
+      load_k(n_first, pipe, block_pages(n_first, lane, w, p));
+      if constexpr (kPeelFirst) {
+        load_k_next(n_first);
+        load_v(n_first, pipe, block_pages(n_first, lane, w, p), first_block_keys(w, p));
+        pipe.advance();
+        --n_block;
+      }
+      for (; n_block >= w.range.n_block_min; --n_block) {
+        load_k_next(n_block);
+        load_v(n_block, pipe, block_pages(n_block, lane, w, p), Cfg::kBlockN);
         pipe.advance();
       }
     } else {
-      for (int n_block = n_first; n_block >= w.range.n_block_min; --n_block) {
-        const BlockPages page = block_pages(n_block, lane, w, p);
-        load_k(n_block, pipe, page);
-        load_v(n_block, pipe, page);
+      auto load_kv = [&](int n, int keys) {
+        const BlockPages page = block_pages(n, lane, w, p);
+        load_k(n, pipe, page);
+        load_v(n, pipe, page, keys);
         pipe.advance();
+      };
+      if constexpr (kPeelFirst) {
+        load_kv(n_first, first_block_keys(w, p));
+        --n_block;
       }
+      for (; n_block >= w.range.n_block_min; --n_block) load_kv(n_block, Cfg::kBlockN);
     }
     gathered.flush();
   }
@@ -473,6 +553,7 @@ struct Mainloop {
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     if (tid == 0) load_q(sm, &p.tm_q, w, p);
+    int transpose_keys = first_block_keys(w, p);  // of the first block transposed, then block_n
     PipelineState<Cfg::kStages> load_pipe, transpose_pipe;
     GatherSignal gathered;  // paged_gather: warp 0's copies
     for (int n_block = w.range.n_block_max - 1; n_block >= w.range.n_block_min; --n_block) {
@@ -489,18 +570,20 @@ struct Mainloop {
       }
       __syncwarp();
       if (n_block != w.range.n_block_max - 1) {
-        transpose_stage(sm, transpose_pipe, warp, lane);
+        transpose_stage(sm, transpose_pipe, warp, lane, transpose_keys);
+        transpose_keys = Cfg::kBlockN;
         transpose_pipe.advance();
       }
       load_pipe.advance();
     }
     if (warp == 0) gathered.flush();
-    transpose_stage(sm, transpose_pipe, warp, lane);
+    transpose_stage(sm, transpose_pipe, warp, lane, transpose_keys);
   }
 
   /// Transposes the V load stage of `pipe` into its V stage: waits for the load and for the consumers to have
-  /// released the V stage, rewrites it, makes the generic-proxy stores visible to wgmma (async proxy), and arrives on
-  /// the V stage's full barrier and the load stage's empty barrier. Every thread arrives (as FA3's V transpose
+  /// released the V stage, rewrites it (the keys from `keys` on as zeros: first_block_keys), makes the generic-proxy
+  /// stores visible to wgmma (async proxy), and arrives on the V stage's full barrier and the load stage's empty
+  /// barrier. Every thread arrives (as FA3's V transpose
   /// pipeline does: 128 producer arrivals): an arrive releases the arriving thread's own prior accesses (PTX ISA,
   /// mbarrier.arrive: .release semantics), and every lane has executed the warp's collective ldmatrix and stmatrix
   /// before its own arrive, so whichever lane an access is counted against, its release covers it; no warp barrier
@@ -508,10 +591,10 @@ struct Mainloop {
   /// compute-sanitizer racecheck saw no ordering between the other lanes' ldmatrix reads of the V load stage and the
   /// epilogue's O stores over it: bench/results/2026-12-02-racecheck-pingpong-off.log.)
   static __device__ __forceinline__ void transpose_stage(const Smem& sm, PipelineState<Cfg::kStages> pipe, int warp,
-                                                         int lane) {
+                                                         int lane, int keys) {
     mbarrier_wait(sm.v_load_full(pipe.stage), pipe.phase);
     mbarrier_wait(sm.v_empty(pipe.stage), pipe.phase ^ 1u);
-    TransposeV<Cfg>::run(sm.v_load(pipe.stage), sm.v(pipe.stage), warp, lane);
+    TransposeV<Cfg>::run(sm.v_load(pipe.stage), sm.v(pipe.stage), warp, lane, keys);
     fence_proxy_async_smem();
     mbarrier_arrive(sm.v_full(pipe.stage));
     mbarrier_arrive(sm.v_load_empty(pipe.stage));

@@ -8,7 +8,8 @@
 //   K[s]     : block_n x head_dim, per stage
 //   V[s]     : block_n x head_dim_v, per stage; e4m3: head_dim_v x block_n (transposed, K-major; params.h VStage)
 //              (persistent grid: the O staging tile, with an O tail after the V stages)
-//   barriers : q_full, k_full[s], k_empty[s], v_full[s], v_empty[s] (+ v_load_full[s], v_load_empty[s])
+//   barriers : q_full, k_full[s], k_empty[s], v_full[s], v_empty[s] (+ v_load_full[s], v_load_empty[s], else
+//              v_tail)
 //              (+ q_empty, o_empty, tile_full[2], tile_empty[2], tile slots: persistent grid)
 #pragma once
 
@@ -69,6 +70,12 @@ struct SmemLayout {
   }
   __device__ __forceinline__ uint32_t v_load_empty(int stage) const {
     return base + kBarrierOffset + 8 * (1 + 5 * Cfg::kStages + stage);
+  }
+  /// Without V load stages: the barrier of the TMA loads of a tile's first V block when rows of it past seqlen_k
+  /// must be zeroed by the producer before the consumers read it (mainloop.cuh: load_v_zeroing_tail).
+  __device__ __forceinline__ uint32_t v_tail() const {
+    static_assert(!kTransposeV, "the V transpose masks the tail keys itself");
+    return base + kBarrierOffset + 8 * (1 + 4 * Cfg::kStages);
   }
   /// Persistent grid: Q is free for the next tile (every consumer warp's last S = Q.K^T has completed), and O's
   /// staging area (the V stages) is free for the next tile's V (every consumer warpgroup's O store has read it).

@@ -41,11 +41,35 @@ struct TransposeV {
   /// Transposes one stage: `src` the V load stage (block_n rows of head_dim_v bytes), `dst` the V stage. The fast
   /// loop needs more than 24 producer registers (tile_table.cpp: derive_config gives two consumer warpgroups 40
   /// where it can; three have 32, one 56) and none of the gather code's (its producers spilled with both).
-  static __device__ __forceinline__ void run(uint32_t src, uint32_t dst, int warp, int lane) {
-    if constexpr (Cfg::kProducerRegisters >= 32 && !Cfg::kPagedGather)
-      run_fast(src, dst, warp, lane);
+  /// Keys from `keys` on are written as zeros (a tile's first block past seqlen_k: mainloop.cuh, first_block_keys);
+  /// block_n takes the loop without the mask.
+  static __device__ __forceinline__ void run(uint32_t src, uint32_t dst, int warp, int lane, int keys) {
+    if (keys < Cfg::kBlockN)
+      run_any<true>(src, dst, warp, lane, keys);
     else
-      run_lean(src, dst, warp, lane);
+      run_any<false>(src, dst, warp, lane, Cfg::kBlockN);
+  }
+
+  template <bool kMaskKeys>
+  static __device__ __forceinline__ void run_any(uint32_t src, uint32_t dst, int warp, int lane, int keys) {
+    if constexpr (Cfg::kProducerRegisters >= 32 && !Cfg::kPagedGather)
+      run_fast<kMaskKeys>(src, dst, warp, lane, keys);
+    else
+      run_lean<kMaskKeys>(src, dst, warp, lane, keys);
+  }
+
+  /// kMaskKeys: zeroes the bytes of the keys from `keys` on in the four registers an ldmatrix.x4.trans of the unit
+  /// starting at key key0 gave this lane: r0 / r2 hold keys key0 + 2q, +1 (low, high 16 bits; q = lane % 4), r1 / r3
+  /// keys key0 + 2q + 8, +9.
+  template <bool kMaskKeys>
+  static __device__ __forceinline__ void mask_keys(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, int key0,
+                                                   int keys, int lane) {
+    if constexpr (kMaskKeys) {
+      const int k = key0 + 2 * (lane % 4);
+      const uint32_t lo = (k < keys ? 0x0000ffffu : 0u) | (k + 1 < keys ? 0xffff0000u : 0u);
+      const uint32_t hi = (k + 8 < keys ? 0x0000ffffu : 0u) | (k + 9 < keys ? 0xffff0000u : 0u);
+      r0 &= lo, r2 &= lo, r1 &= hi, r3 &= hi;
+    }
   }
 
   /// Unit u = 16 keys x 32 channels: key group kg = u % kKeyGroups (keys 16 kg..16 kg + 15) of channel group
@@ -54,7 +78,8 @@ struct TransposeV {
   /// alone computed once and those of g once per g: an iteration is the ldmatrix, four byte permutes,
   /// the stmatrix and a few integer operations (the loop over u with its divisions and swizzles recomputed took
   /// ~47 instructions per unit, a quarter of the kernel's issued instructions at d128 128x224; ncu).
-  static __device__ __forceinline__ void run_fast(uint32_t src, uint32_t dst, int warp, int lane) {
+  template <bool kMaskKeys>
+  static __device__ __forceinline__ void run_fast(uint32_t src, uint32_t dst, int warp, int lane, int keys) {
     static_assert(Cfg::kBlockN % 32 == 0, "e4m3 tiles: block_n % 32");
     constexpr int kKeyGroups = Cfg::kBlockN / 16;
     constexpr int kChanGroups = kRows / 32;
@@ -84,6 +109,7 @@ struct TransposeV {
       for (int kg = (warp - g * kKeyGroups) & (kWarps - 1); kg < kKeyGroups; kg += kWarps) {
         uint32_t r0, r1, r2, r3;
         ldmatrix_x4_trans(ld_g + static_cast<uint32_t>(kg) * (16 * kSwizzleRowBytes), r0, r1, r2, r3);
+        mask_keys<kMaskKeys>(r0, r1, r2, r3, 16 * kg, keys, lane);
         const uint32_t second_sel = first_sel ^ (0x6420u ^ 0x7531u);
         const uint32_t first_lo = byte_perm(r0, r1, first_sel), second_lo = byte_perm(r0, r1, second_sel);
         const uint32_t first_hi = byte_perm(r2, r3, first_sel), second_hi = byte_perm(r2, r3, second_sel);
@@ -96,7 +122,8 @@ struct TransposeV {
 
   /// The loop of the producers without registers to spare (24 registers, or the gather kernels): unit by unit,
   /// the lane's terms recomputed in every iteration (what ptxas does anyway there), ~47 instructions per unit.
-  static __device__ __forceinline__ void run_lean(uint32_t src, uint32_t dst, int warp, int lane) {
+  template <bool kMaskKeys>
+  static __device__ __forceinline__ void run_lean(uint32_t src, uint32_t dst, int warp, int lane, int keys) {
     static_assert(Cfg::kBlockN % 32 == 0, "e4m3 tiles: block_n % 32");
     const int mat = lane / 8, r = lane % 8;  // this lane's row address: row r of matrix mat
     const int c = lane / 4;                  // channel pair of this lane's registers (ldmatrix.trans)
@@ -116,6 +143,7 @@ struct TransposeV {
       const uint32_t ld_addr = src + (chan / 128) * (Cfg::kBlockN * kSwizzleRowBytes) + swizzle_128b(key, chan % 128);
       uint32_t r0, r1, r2, r3;
       ldmatrix_x4_trans(ld_addr, r0, r1, r2, r3);
+      mask_keys<kMaskKeys>(r0, r1, r2, r3, key0, keys, lane);
       const uint32_t even_lo = byte_perm(r0, r1, 0x6420), odd_lo = byte_perm(r0, r1, 0x7531);
       const uint32_t even_hi = byte_perm(r2, r3, 0x6420), odd_hi = byte_perm(r2, r3, 0x7531);
       // Destination: row channel, bytes key0..key0+15 of the column block key0 / 128 (head_dim_v rows each).
