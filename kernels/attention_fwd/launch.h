@@ -61,7 +61,7 @@ struct ForwardArgs {
   int64_t head_dim = 0, head_dim_v = 0;  // head_dim_v 0 = head_dim
   TensorView q, k, v, out;
   /// How v is laid out (spec field v_layout). kSeqMajor: (batch, seqlen_k, num_heads_kv, head_dim_v) as above.
-  /// kDMajor (e4m3 only; not with cu_seqlens_k or page_table): v is V transposed, (batch, num_heads_kv, head_dim_v,
+  /// kDMajor (e4m3 only; not with cu_seqlens_k, page_table or seqused_k): v is V transposed, (batch, num_heads_kv, head_dim_v,
   /// seqlen_k_pad) with seqlen_k_pad = seqlen_k rounded up to 16, keys contiguous: v.stride_seq is the stride
   /// between two channels (at least seqlen_k_pad; 16-byte multiples, as every stride), stride_head and stride_batch
   /// as usual. Inside every aligned group of 16 keys the key 16 g + j is stored at position 16 g + 4 ((j & 7) >> 1) +

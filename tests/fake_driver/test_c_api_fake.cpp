@@ -161,6 +161,10 @@ TEST_CASE("C ABI: a d_major v's channel rows must hold the padded keys", "[fake_
   // Too small an allocation: the message names the d_major extents.
   p.v = {device_alloc(2 * 2 * 128 * 200), 2 * 128 * 272, 272, 128 * 272};
   expect_invalid(p, "shape (batch 2, channel rows 128, heads 2, padded keys 272) (v_layout d_major)");
+  // seqused_k: the kernel zeroes the V keys past a sequence's length for a seq-major V only (0 x NaN in P.V).
+  p.v = {device_alloc(2 * 2 * 128 * 272), 2 * 128 * 272, 272, 128 * 272};
+  p.seqused_k = static_cast<const int32_t*>(device_alloc(2 * 4));
+  expect_invalid(p, "argument v_layout = d_major is not allowed with seqused_k");
 }
 
 TEST_CASE("C ABI: an e4m3 per_block call with fp16 out runs the per_block kernel its quant blocks describe",

@@ -284,9 +284,9 @@ typedef struct fa3jit_forward_params {
    * row's softmax normaliser as a key of value 0; lse includes it. */
   const float* sinks;
   /* ---- appended for a transposed V; fa3jit_forward_params_init sets SEQ_MAJOR ---- */
-  /* An fa3jit_v_layout. D_MAJOR (E4M3, dense k/v only) skips the kernel's V transpose: v is (batch, num_heads_kv,
-   * head_dim_v, seqlen_k_pad) with seqlen_k_pad = seqlen_k rounded up to 16, v.stride_seq the stride between channels
-   * (>= seqlen_k_pad), and the keys of every aligned group of 16 in the order of fa3jit_fp8_key_positions; the
+  /* An fa3jit_v_layout. D_MAJOR (E4M3, dense k/v without seqused_k only) skips the kernel's V transpose: v is
+   * (batch, num_heads_kv, head_dim_v, seqlen_k_pad) with seqlen_k_pad = seqlen_k rounded up to 16, v.stride_seq the
+   * stride between channels (>= seqlen_k_pad), and the keys of every aligned group of 16 in the order of fa3jit_fp8_key_positions; the
    * positions of keys past seqlen_k hold finite values (fa3jit_quantize_fp8 writes zeros there). */
   int32_t v_layout;
   /* 0 (fa3jit_forward_params_init). The struct's tail padding made explicit: the place of the next int32 field, so
