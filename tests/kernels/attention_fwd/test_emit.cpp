@@ -191,7 +191,8 @@ TEST_CASE("the host's shared-memory plan is the one the kernel checks", "[genera
     if (cfg.spec.persistent) {
       CHECK(p.o_staging_bytes == cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
       CHECK(p.barrier_offset == p.v_offset + cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
-      CHECK(p.num_barriers == 1 + 4 * cfg.spec.stages + kPersistentBarriers);  // q_empty, o_empty, the tile slots
+      // v_tail (no V load stages here), then q_empty, o_empty, the tile slots.
+      CHECK(p.num_barriers == 1 + 4 * cfg.spec.stages + 1 + kPersistentBarriers);
     }
     CHECK((p.v_load_stage_bytes != 0) == (cfg.v_stage == kVStageTransposed));
     CHECK(emit_kernel(cfg).code.find(fmt::format("static constexpr int kSmemBytes = {};", p.launch_bytes)) !=
