@@ -92,6 +92,7 @@ struct Mainloop {
         mbarrier_init(sm.v_load_empty(s), TransposeV<Cfg>::kThreads);
       }
     }
+    if constexpr (!Smem::kTransposeV) mbarrier_init(sm.v_tail(), 1);  // lane 0's arrive_expect_tx + the TMA bytes
     if constexpr (Cfg::kPersistent) {
       mbarrier_init(sm.q_empty(), kConsumerWarps);   // lane 0 of every consumer warp (release_q)
       mbarrier_init(sm.o_empty(), kOEmptyArrivals);  // thread 0 of every consumer warpgroup (epilogue.cuh)
