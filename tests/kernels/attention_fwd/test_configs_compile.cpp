@@ -29,6 +29,18 @@ void check_resources(const CompiledKernel& k) {
   CHECK(k.log.find("C7519") == std::string::npos);
 }
 
+// Every barrier of the kernel's shared-memory plan is initialised: one mbarrier.init per barrier in the PTX (the
+// init loops are unrolled), the persistent grid's entry of tile slots aside (params.h: kPersistentBarriers). A
+// barrier left out of Mainloop::init_barriers passes every CPU check but the GPU's ("Unknown Error" at its first
+// wait, as v_tail's did).
+void check_barriers_initialised(const CompiledKernel& k, const attention_fwd::KernelConfig& cfg) {
+  int inits = 0;
+  for (size_t at = k.ptx.find("mbarrier.init.shared"); at != std::string::npos;
+       at = k.ptx.find("mbarrier.init.shared", at + 1))
+    ++inits;
+  CHECK(inits == cfg.smem.num_barriers - (cfg.spec.persistent ? 1 : 0));
+}
+
 }  // namespace
 
 TEST_CASE("every config compiles with NVRTC, without spills, using wgmma/TMA/setmaxnreg", "[compile][configs]") {
@@ -115,10 +127,12 @@ TEST_CASE("16-bit softcap kernels over gathered pages compile without spills (th
         for (bool varlen_q : {false, true}) {
           layout.varlen_q = varlen_q;
           const Spec spec = default_spec(dtype, dtype, Quant::kNone, head_dim, head_dim, causal, layout);
-          const CompiledKernel k = compile_kernel(make_request(make_kernel_config(spec)).source);
+          const KernelConfig cfg = make_kernel_config(spec);
+          const CompiledKernel k = compile_kernel(make_request(cfg).source);
           INFO(spec_summary(spec) << ": registers " << k.report.registers << " spill stores "
                                   << k.report.spill_store_bytes << " loads " << k.report.spill_load_bytes);
           check_resources(k);
+          check_barriers_initialised(k, cfg);
           // d64's table tile is 192 x 128 (spilled here), d96's 192 x 96.
           CHECK(spec.block_n == (head_dim == 64 ? 112 : 96));
         }
@@ -151,9 +165,11 @@ TEST_CASE("the schedule knobs off the table's defaults compile without spills, e
   };
   for (const char* text : specs) {
     const Spec spec = parse_spec(std::string(text));
-    const CompiledKernel k = compile_kernel(make_request(make_kernel_config(spec)).source);
+    const KernelConfig cfg = make_kernel_config(spec);
+    const CompiledKernel k = compile_kernel(make_request(cfg).source);
     INFO(spec_summary(spec) << ": registers " << k.report.registers << " spill stores " << k.report.spill_store_bytes
                             << " loads " << k.report.spill_load_bytes << "\n" << k.log);
     check_resources(k);
+    check_barriers_initialised(k, cfg);
   }
 }
