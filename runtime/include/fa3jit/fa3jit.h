@@ -249,7 +249,8 @@ typedef struct fa3jit_forward_params {
   int64_t max_seqlen_k;
   /* (batch) int32: keys of sequence b actually attended (FlashAttention-3's cache_seqlens / seqused_k), each at
    * most the sequence's capacity (dense: seqlen_k; varlen: its span; paged: max_pages * page_size); NULL = all
-   * of them. Required with page_table. Device pointer. */
+   * of them. Required with page_table. Device pointer. The k/v rows past a sequence's keys may hold anything,
+   * NaN included (a cache nobody initialised): they are masked, and V's are zeroed before they meet P. */
   const int32_t* seqused_k;
   /* Paged KV cache: (batch, max_pages) int32 page indices in [0, num_pages), row b at page_table +
    * b * page_table_stride; the entries past the pages a sequence uses (seqused_k) may hold anything. NULL = k/v

@@ -679,7 +679,8 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
                      load as TMA boxes, others row by row)
       page_table     (batch, max_pages) torch.int32 page indices, last dimension contiguous; key j of sequence b
                      is row j % page_size of page page_table[b, j // page_size]; entries past a sequence's pages
-                     may hold anything
+                     may hold anything, and so may the cache slots past each sequence's keys (NaN included:
+                     a cache from torch.empty)
       cache_seqlens  int or (batch,) torch.int32: keys of each sequence in the cache; None = all of them
                      (seqlen_cache, or max_pages * page_size with a page table; an int or None with a page table
                      makes a (batch,) tensor on q's device per call)
