@@ -349,6 +349,70 @@ expect(ValueError, ["sinks is torch.float32 (4,)", "(num_heads,) = (8,)"], kvcac
        sinks=Tensor((4,), torch.float32))
 expect(ValueError, ["sinks is on cuda:1"], kvcache, qd, kc, vc, sinks=Tensor((heads,), torch.float32, "cuda:1"))
 
+# ---- warm calls of flash_attn_with_kvcache: the plan of an earlier call of the same signature ---------------------
+
+def params_bytes(params):
+    return bytes(ctypes.string_at(ctypes.addressof(params), ctypes.sizeof(params)))
+
+
+def pointer_free(params):
+    """The call's fields but its pointers (out, lse, seqused_k and the workspace are per-call allocations)."""
+    copy = _copy(ctypes.addressof(params))
+    copy.out.data = copy.lse = copy.seqused_k = copy.workspace = None
+    return params_bytes(copy)
+
+
+# Each of these, called twice with the same signature, must hand the library the same fields both times, the
+# second from the kept plan (the first call of a signature takes the checks and keeps it).
+cs_tensor = Tensor((batch,), i32)
+warm_cases = [
+    ("paged, tensor lengths, split heuristic", (qd, kp, vp, cs_tensor, table), dict(causal=True)),
+    ("paged, int lengths", (qd, kp, vp, 100, table), dict(num_splits=1, return_lse=True)),
+    ("paged, no lengths", (qd, kp, vp), dict(page_table=table, num_splits=1)),
+    ("dense, tensor lengths, out given", (qd, kc, vc, cs_tensor),
+     dict(num_splits=1, out=Tensor((batch, 1, heads, d), bf))),
+    ("dense, every key", (qd, kc, vc), dict(causal=True, num_splits=3, pack_gqa=False)),
+    ("window and softcap", (qd, kc, vc, cs_tensor), dict(window_size=(255, 0), softcap=30.0, num_splits=1)),
+]
+for name, args, kwargs in warm_cases:
+    fa3jit.flash_attn_with_kvcache(*args, **kwargs)
+    cold = last_call()
+    fa3jit.flash_attn_with_kvcache(*args, **kwargs)
+    warm = last_call()
+    assert pointer_free(cold) == pointer_free(warm), f"{name}: the warm call's fields differ from the cold call's"
+    assert warm.q.data == qd.data_ptr() and warm.k.data == args[1].data_ptr(), name
+    if len(args) > 3 and type(args[3]) is Tensor:
+        assert warm.seqused_k == cs_tensor.data_ptr(), name
+    if len(args) > 4:
+        assert warm.page_table == table.data_ptr(), name
+from fa3jit import serving  # noqa: E402
+plans = serving._local.plans
+assert len(plans) >= len(warm_cases)
+# A kept plan holds no tensor of the call that made it (kv's tensor fields are the call's only while it runs).
+assert all(plan.kv.seqused_k is None and plan.kv.page_table is None for plan in plans.values())
+# A call whose signature differs only in an argument's type still takes the checks: a bool is no num_splits,
+# no window side and no cache length, though True == 1.
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor, num_splits=1)
+expect(ValueError, ["num_splits is True"], kvcache, qd, kc, vc, cs_tensor, num_splits=True)
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor, window_size=(1, 0), num_splits=1)
+expect(ValueError, ["window_size[0] is True"], kvcache, qd, kc, vc, cs_tensor, window_size=(True, 0), num_splits=1)
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, 1, table, num_splits=1)
+expect(TypeError, ["cache_seqlens"], kvcache, qd, kp, vp, True, table, num_splits=1)
+# Another stride, device or dtype is another signature: its own checks, its own errors.
+expect(ValueError, ["cache_seqlens must be contiguous"], kvcache, qd, kc, vc, Tensor((batch,), i32, strides=(2,)),
+       num_splits=1)
+expect(ValueError, ["cache_seqlens is on cuda:1"], kvcache, qd, kc, vc, Tensor((batch,), i32, "cuda:1"), num_splits=1)
+expect(ValueError, ["out is"], kvcache, qd, kc, vc, cs_tensor, num_splits=1, out=Tensor((batch, 1, heads, d),
+                                                                                        torch.float16))
+# Plans are per thread: another thread's first call of a known signature takes the checks and keeps its own.
+other = []
+thread = threading.Thread(target=lambda: other.append((fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor,
+                                                                                      num_splits=1),
+                                                       len(serving._local.plans))))
+thread.start()
+thread.join()
+assert other and other[0][1] == 1
+
 # ---- FP8 KV cache ----------------------------------------------------------------------------------------------
 
 # e4m3 q over an e4m3 paged cache: per_head descales reach the struct with their strides (a (batch, num_heads_kv)

@@ -655,6 +655,70 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
                 out_dtype, fp8_fields)
 
 
+# ---- warm calls of flash_attn_with_kvcache: the checks before the device kept per call signature ---------------
+
+class _Plan:
+    """What flash_attn_with_kvcache's checks before the device derive from a call (its tensors' dtypes, shapes,
+    strides and devices and its plain arguments: _kvcache_signature): _run's arguments but the call's tensors.
+    kv's tensor fields (seqused_k, page_table) are set for each call and cleared after it."""
+    __slots__ = ("kv", "dtype_code", "batch", "seqlen_q", "num_heads", "head_dim", "q_shape", "q_stride",
+                 "fill_seqlens", "splits", "packing", "variant", "device")
+
+
+_PLANS_MAX = 256  # signatures kept per thread; past it the thread's plans are dropped and rebuilt as calls come
+
+
+def _tensor_signature(t: Any) -> Any:
+    return None if t is None else (t.dtype, t.shape, t.stride(), t.get_device())
+
+
+def _kvcache_signature(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, page_table: Any, out: Any,
+                       causal: Any, num_splits: Any, pack_gqa: Any, window_size: Any, softcap: Any) -> Any:
+    """The key of a call's _Plan: everything the checks before the device read, each value with its type where the
+    checks tell types apart (a bool is no num_splits, no window side and no cache length), or None for a call the
+    plans do not cover (a tensor that is not exactly torch.Tensor, a window_size that is not a tuple of two ints)."""
+    Tensor = _attention._Tensor
+    if type(q) is not Tensor or type(k_cache) is not Tensor or type(v_cache) is not Tensor:
+        return None
+    if page_table is not None and type(page_table) is not Tensor or out is not None and type(out) is not Tensor:
+        return None
+    seqlens_type = type(cache_seqlens)
+    if seqlens_type is Tensor:
+        seqlens = _tensor_signature(cache_seqlens)
+    elif cache_seqlens is None or seqlens_type is int:
+        seqlens = cache_seqlens
+    else:
+        return None
+    if window_size is not None and (type(window_size) is not tuple or len(window_size) != 2 or
+                                    type(window_size[0]) is not int or type(window_size[1]) is not int):
+        return None
+    softcap_type = type(softcap)
+    if softcap_type is not float and softcap_type is not int:
+        return None
+    return (q.dtype, q.shape, q.stride(), q.get_device(), k_cache.dtype, k_cache.shape, k_cache.stride(),
+            k_cache.get_device(), v_cache.dtype, v_cache.shape, v_cache.stride(), v_cache.get_device(),
+            seqlens_type, seqlens, _tensor_signature(page_table), _tensor_signature(out), not not causal,
+            type(num_splits), num_splits, type(pack_gqa), pack_gqa, window_size, softcap)
+
+
+def _keep_plan(signature: Any, kv: _KV, dtype_code: int, batch: int, seqlen_q: int, num_heads: int, head_dim: int,
+               q_shape: Any, q_stride: Tuple[int, ...], fill_seqlens: Optional[int], splits: int, packing: int,
+               variant: _Variant, device: int) -> None:
+    """Keeps a checked call's plan for its signature (this thread's), kv copied without its tensors."""
+    plans = _local.plans
+    if len(plans) >= _PLANS_MAX:
+        plans.clear()
+    kept = _KV()
+    for field in _KV.__slots__:
+        setattr(kept, field, getattr(kv, field))
+    kept.seqused_k = kept.page_table = kept.cu_seqlens_k = None
+    plan = _Plan()
+    plan.kv, plan.dtype_code, plan.batch, plan.seqlen_q, plan.num_heads = kept, dtype_code, batch, seqlen_q, num_heads
+    plan.head_dim, plan.q_shape, plan.q_stride, plan.fill_seqlens = head_dim, q_shape, q_stride, fill_seqlens
+    plan.splits, plan.packing, plan.variant, plan.device = splits, packing, variant, device
+    plans[signature] = plan
+
+
 def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Union[int, Any, None] = None,
                             page_table: Any = None, cu_seqlens_q: Any = None, max_seqlen_q: Optional[int] = None,
                             softmax_scale: Optional[float] = None, causal: bool = False, num_splits: int = 0,
@@ -714,6 +778,33 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     if _attention._Tensor is None:
         _attention._bind_torch()
     torch = _attention._torch
+    # A 16-bit call without cu_seqlens_q, scheduler_metadata, sinks or descales whose signature an earlier call of
+    # this thread passed the checks with runs from that call's plan: the checks read nothing else.
+    signature = None
+    if (cu_seqlens_q is None and scheduler_metadata is None and sinks is None and q_descale is None and
+            k_descale is None and v_descale is None):
+        signature = _kvcache_signature(q, k_cache, v_cache, cache_seqlens, page_table, out, causal, num_splits,
+                                       pack_gqa, window_size, softcap)
+        if signature is not None:
+            try:
+                plans = _local.plans
+            except AttributeError:
+                plans = _local.plans = {}
+            plan = plans.get(signature)
+            if plan is not None:
+                kv = plan.kv
+                if plan.fill_seqlens is None:
+                    kv.seqused_k = cache_seqlens
+                else:
+                    kv.seqused_k = torch.full((plan.batch,), plan.fill_seqlens, dtype=torch.int32, device=q.device)
+                kv.page_table = page_table
+                try:
+                    return _run(q, plan.q_stride, k_cache, v_cache, kv, plan.dtype_code, False, plan.batch,
+                                plan.seqlen_q, plan.num_heads, plan.head_dim, None, plan.seqlen_q, kv.capacity,
+                                softmax_scale, causal, plan.splits, plan.packing, out,
+                                return_lse or return_softmax_lse, plan.variant, plan.device, plan.q_shape)
+                finally:
+                    kv.seqused_k = kv.page_table = None
     q, k_cache, v_cache = _tensor(q, "q"), _tensor(k_cache, "k_cache"), _tensor(v_cache, "v_cache")
     dtype_code, quantize_q = _dtype_code(q, k_cache, v_cache, ("k_cache", "v_cache"))
     fp8 = dtype_code == _capi.DTYPE_E4M3
@@ -753,6 +844,9 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     if scheduler_metadata is not None:
         splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
     device = _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
+    if signature is not None and not fp8:
+        _keep_plan(signature, kv, dtype_code, batch, seqlen_q, num_heads, head_dim, q_shape, q_stride, fill_seqlens,
+                   splits, packing, variant, device)
     if fill_seqlens is not None:
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
     out_dtype, fp8_fields = None, _NO_FP8
