@@ -385,11 +385,27 @@ for name, args, kwargs in warm_cases:
         assert warm.seqused_k == cs_tensor.data_ptr(), name
     if len(args) > 4:
         assert warm.page_table == table.data_ptr(), name
+# flash_attn_varlen_func the same; max_seqlen_q / max_seqlen_k are each call's own (checked in each).
+varlen_warm_cases = [
+    ("packed k/v", (q, k, v, cu_q, cu_k, 239, 400), dict(causal=True, return_lse=True)),
+    ("paged", (q, kp, vp, cu_q), dict(max_seqlen_q=239, seqused_k=used, page_table=table, num_splits=1)),
+]
+for name, args, kwargs in varlen_warm_cases:
+    fa3jit.flash_attn_varlen_func(*args, **kwargs)
+    cold = last_call()
+    fa3jit.flash_attn_varlen_func(*args, **kwargs)
+    warm = last_call()
+    assert pointer_free(cold) == pointer_free(warm), f"{name}: the warm call's fields differ from the cold call's"
+    assert (warm.cu_seqlens_q, warm.q.data) == (cu_q.data_ptr(), q.data_ptr()), name
+fa3jit.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 17, 33, causal=True)
+assert (last_call().max_seqlen_q, last_call().max_seqlen_k) == (17, 33)
+expect(ValueError, ["max_seqlen_k is -1"], varlen, q, k, v, cu_q, cu_k, 17, -1, causal=True)
 from fa3jit import serving  # noqa: E402
 plans = serving._local.plans
 assert len(plans) >= len(warm_cases)
 # A kept plan holds no tensor of the call that made it (kv's tensor fields are the call's only while it runs).
-assert all(plan.kv.seqused_k is None and plan.kv.page_table is None for plan in plans.values())
+assert all(plan.kv.seqused_k is None and plan.kv.page_table is None and plan.kv.cu_seqlens_k is None
+           for plan in plans.values())
 # A call whose signature differs only in an argument's type still takes the checks: a bool is no num_splits,
 # no window side and no cache length, though True == 1.
 fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor, num_splits=1)

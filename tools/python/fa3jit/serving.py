@@ -354,6 +354,19 @@ def _metadata_plan(metadata: Any, q: Any, splits: int, packing: int) -> Tuple[in
     return planned_splits, planned_packing
 
 
+def _varlen_maxima(cu_seqlens_q: Any, max_seqlen_q: Any, max_seqlen_k: Any, kv: _KV) -> Tuple[int, int]:
+    """flash_attn_varlen_func's (max_seqlen_q, max_seqlen_k): the arguments checked, or where None the longest
+    sequence of cu_seqlens_q / cu_seqlens_k (a device-to-host copy), or the cache's capacity."""
+    max_q = _max_length(cu_seqlens_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
+    if max_seqlen_k is not None:
+        max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
+    elif kv.cu_seqlens_k is not None:
+        max_k = _max_length(kv.cu_seqlens_k)
+    else:
+        max_k = kv.capacity
+    return max_q, max_k
+
+
 def _max_length(cu_seqlens: Any) -> int:
     """The longest sequence of a cu_seqlens tensor (one device-to-host copy)."""
     if cu_seqlens.shape[0] < 2:
@@ -613,6 +626,30 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
                             sm_margin=sm_margin)
     if _attention._Tensor is None:
         _attention._bind_torch()
+    # A 16-bit call without scheduler_metadata, sinks or descales whose signature an earlier call of this thread
+    # passed the checks with runs from that call's plan (flash_attn_with_kvcache has the same).
+    signature = None
+    if (scheduler_metadata is None and sinks is None and q_descale is None and k_descale is None and
+            v_descale is None):
+        signature = _signature((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), causal,
+                               num_splits, pack_gqa, window_size, softcap)
+        if signature is not None:
+            try:
+                plans = _local.plans
+            except AttributeError:
+                plans = _local.plans = {}
+            plan = plans.get(signature)
+            if plan is not None:
+                kv = plan.kv
+                kv.cu_seqlens_k, kv.seqused_k, kv.page_table = cu_seqlens_k, seqused_k, page_table
+                try:
+                    max_q, max_k = _varlen_maxima(cu_seqlens_q, max_seqlen_q, max_seqlen_k, kv)
+                    return _run(q, plan.q_stride, k, v, kv, plan.dtype_code, True, plan.batch, plan.seqlen_q,
+                                plan.num_heads, plan.head_dim, cu_seqlens_q, max_q, max_k, softmax_scale, causal,
+                                plan.splits, plan.packing, out, return_lse or return_attn_probs, plan.variant,
+                                plan.device, plan.q_shape)
+                finally:
+                    kv.cu_seqlens_k = kv.seqused_k = kv.page_table = None
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
     dtype_code, quantize_q = _dtype_code(q, k, v, ("k", "v"))
     fp8 = dtype_code == _capi.DTYPE_E4M3
@@ -639,28 +676,26 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     if scheduler_metadata is not None:
         splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
     device = _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
+    if signature is not None and not fp8:
+        _keep_plan(signature, kv, dtype_code, batch, total_q, num_heads, head_dim, q_shape, q_stride, None, splits,
+                   packing, variant, device)
     out_dtype, fp8_fields = None, _NO_FP8
     if fp8:
         q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
                                                        batch, num_heads, head_dim, kv, cu_q, out)
-    max_q = _max_length(cu_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
-    if max_seqlen_k is not None:
-        max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
-    elif kv.cu_seqlens_k is not None:
-        max_k = _max_length(kv.cu_seqlens_k)
-    else:
-        max_k = kv.capacity
+    max_q, max_k = _varlen_maxima(cu_q, max_seqlen_q, max_seqlen_k, kv)
     return _run(q, q_stride, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
                 softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant, device, q_shape,
                 out_dtype, fp8_fields)
 
 
-# ---- warm calls of flash_attn_with_kvcache: the checks before the device kept per call signature ---------------
+# ---- warm calls: the checks before the device kept per call signature -----------------------------------------
 
 class _Plan:
-    """What flash_attn_with_kvcache's checks before the device derive from a call (its tensors' dtypes, shapes,
-    strides and devices and its plain arguments: _kvcache_signature): _run's arguments but the call's tensors.
-    kv's tensor fields (seqused_k, page_table) are set for each call and cleared after it."""
+    """What the checks before the device of flash_attn_varlen_func or flash_attn_with_kvcache derive from a call (its
+    tensors' dtypes, shapes, strides and devices and its plain arguments: _signature): _run's arguments but the
+    call's tensors. kv's tensor fields (cu_seqlens_k, seqused_k, page_table) are set for each call and cleared after
+    it. seqlen_q is total_q for a varlen call; fill_seqlens: flash_attn_with_kvcache's cache length as a number."""
     __slots__ = ("kv", "dtype_code", "batch", "seqlen_q", "num_heads", "head_dim", "q_shape", "q_stride",
                  "fill_seqlens", "splits", "packing", "variant", "device")
 
@@ -668,37 +703,44 @@ class _Plan:
 _PLANS_MAX = 256  # signatures kept per thread; past it the thread's plans are dropped and rebuilt as calls come
 
 
-def _tensor_signature(t: Any) -> Any:
-    return None if t is None else (t.dtype, t.shape, t.stride(), t.get_device())
-
-
-def _kvcache_signature(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, page_table: Any, out: Any,
-                       causal: Any, num_splits: Any, pack_gqa: Any, window_size: Any, softcap: Any) -> Any:
-    """The key of a call's _Plan: everything the checks before the device read, each value with its type where the
-    checks tell types apart (a bool is no num_splits, no window side and no cache length), or None for a call the
-    plans do not cover (a tensor that is not exactly torch.Tensor, a window_size that is not a tuple of two ints)."""
+def _signature(tensors: Tuple[Any, ...], causal: Any, num_splits: Any, pack_gqa: Any, window_size: Any,
+               softcap: Any, *plain: Any) -> Any:
+    """The key of a call's _Plan: the dtype, shape, strides and device of each of `tensors` (None: absent), and the
+    plain arguments the checks read, each with its type where the checks tell types apart (a bool is no num_splits,
+    no window side and no cache length, though True == 1); None for a call the plans do not cover (an argument that
+    is not exactly a torch.Tensor, a window_size that is not a tuple of two ints, a softcap that is no int or float).
+    q, k and v are tensors[:3] and must be given."""
     Tensor = _attention._Tensor
-    if type(q) is not Tensor or type(k_cache) is not Tensor or type(v_cache) is not Tensor:
-        return None
-    if page_table is not None and type(page_table) is not Tensor or out is not None and type(out) is not Tensor:
-        return None
-    seqlens_type = type(cache_seqlens)
-    if seqlens_type is Tensor:
-        seqlens = _tensor_signature(cache_seqlens)
-    elif cache_seqlens is None or seqlens_type is int:
-        seqlens = cache_seqlens
-    else:
-        return None
+    key = []
+    for i, t in enumerate(tensors):
+        if type(t) is Tensor:
+            key.append((t.dtype, t.shape, t.stride(), t.get_device()))
+        elif t is None and i >= 3:
+            key.append(None)
+        else:
+            return None
     if window_size is not None and (type(window_size) is not tuple or len(window_size) != 2 or
                                     type(window_size[0]) is not int or type(window_size[1]) is not int):
         return None
     softcap_type = type(softcap)
     if softcap_type is not float and softcap_type is not int:
         return None
-    return (q.dtype, q.shape, q.stride(), q.get_device(), k_cache.dtype, k_cache.shape, k_cache.stride(),
-            k_cache.get_device(), v_cache.dtype, v_cache.shape, v_cache.stride(), v_cache.get_device(),
-            seqlens_type, seqlens, _tensor_signature(page_table), _tensor_signature(out), not not causal,
-            type(num_splits), num_splits, type(pack_gqa), pack_gqa, window_size, softcap)
+    key += (not not causal, type(num_splits), num_splits, type(pack_gqa), pack_gqa, window_size, softcap, *plain)
+    return tuple(key)
+
+
+def _kvcache_signature(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, page_table: Any, out: Any,
+                       causal: Any, num_splits: Any, pack_gqa: Any, window_size: Any, softcap: Any) -> Any:
+    """_signature of a flash_attn_with_kvcache call; cache_seqlens a tensor, an int (its value is the plan's) or
+    None."""
+    seqlens_type = type(cache_seqlens)
+    if seqlens_type is _attention._Tensor:
+        return _signature((q, k_cache, v_cache, page_table, out, cache_seqlens), causal, num_splits, pack_gqa,
+                          window_size, softcap, seqlens_type)
+    if cache_seqlens is not None and seqlens_type is not int:
+        return None
+    return _signature((q, k_cache, v_cache, page_table, out), causal, num_splits, pack_gqa, window_size, softcap,
+                      seqlens_type, cache_seqlens)
 
 
 def _keep_plan(signature: Any, kv: _KV, dtype_code: int, batch: int, seqlen_q: int, num_heads: int, head_dim: int,
