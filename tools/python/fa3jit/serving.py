@@ -631,7 +631,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     signature = None
     if (scheduler_metadata is None and sinks is None and q_descale is None and k_descale is None and
             v_descale is None):
-        signature = _signature((q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), causal,
+        signature = _signature(q, k, v, (cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), causal,
                                num_splits, pack_gqa, window_size, softcap)
         if signature is not None:
             try:
@@ -703,20 +703,22 @@ class _Plan:
 _PLANS_MAX = 256  # signatures kept per thread; past it the thread's plans are dropped and rebuilt as calls come
 
 
-def _signature(tensors: Tuple[Any, ...], causal: Any, num_splits: Any, pack_gqa: Any, window_size: Any,
-               softcap: Any, *plain: Any) -> Any:
-    """The key of a call's _Plan: the dtype, shape, strides and device of each of `tensors` (None: absent), and the
-    plain arguments the checks read, each with its type where the checks tell types apart (a bool is no num_splits,
-    no window side and no cache length, though True == 1); None for a call the plans do not cover (an argument that
-    is not exactly a torch.Tensor, a window_size that is not a tuple of two ints, a softcap that is no int or float).
-    q, k and v are tensors[:3] and must be given."""
+def _signature(q: Any, k: Any, v: Any, optional: Tuple[Any, ...], causal: Any, num_splits: Any, pack_gqa: Any,
+               window_size: Any, softcap: Any, *plain: Any) -> Any:
+    """The key of a call's _Plan: the dtype, shape, strides and device of q, k, v and each of `optional` (None:
+    absent), and the plain arguments the checks read, each with its type where the checks tell types apart (a bool
+    is no num_splits, no window side and no cache length, though True == 1); None for a call the plans do not cover
+    (an argument that is not exactly a torch.Tensor, a window_size that is not a tuple of two ints, a softcap that is
+    no int or float)."""
     Tensor = _attention._Tensor
-    key = []
-    for i, t in enumerate(tensors):
-        if type(t) is Tensor:
-            key.append((t.dtype, t.shape, t.stride(), t.get_device()))
-        elif t is None and i >= 3:
-            key.append(None)
+    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor:
+        return None
+    metas = []
+    for t in optional:
+        if t is None:
+            metas.append(None)
+        elif type(t) is Tensor:
+            metas.append((t.dtype, t.shape, t.stride(), t.get_device()))
         else:
             return None
     if window_size is not None and (type(window_size) is not tuple or len(window_size) != 2 or
@@ -725,8 +727,9 @@ def _signature(tensors: Tuple[Any, ...], causal: Any, num_splits: Any, pack_gqa:
     softcap_type = type(softcap)
     if softcap_type is not float and softcap_type is not int:
         return None
-    key += (not not causal, type(num_splits), num_splits, type(pack_gqa), pack_gqa, window_size, softcap, *plain)
-    return tuple(key)
+    return (q.dtype, q.shape, q.stride(), q.get_device(), k.dtype, k.shape, k.stride(), k.get_device(), v.dtype,
+            v.shape, v.stride(), v.get_device(), *metas, not not causal, type(num_splits), num_splits,
+            type(pack_gqa), pack_gqa, window_size, softcap, *plain)
 
 
 def _kvcache_signature(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, page_table: Any, out: Any,
@@ -735,11 +738,11 @@ def _kvcache_signature(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, p
     None."""
     seqlens_type = type(cache_seqlens)
     if seqlens_type is _attention._Tensor:
-        return _signature((q, k_cache, v_cache, page_table, out, cache_seqlens), causal, num_splits, pack_gqa,
+        return _signature(q, k_cache, v_cache, (page_table, out, cache_seqlens), causal, num_splits, pack_gqa,
                           window_size, softcap, seqlens_type)
     if cache_seqlens is not None and seqlens_type is not int:
         return None
-    return _signature((q, k_cache, v_cache, page_table, out), causal, num_splits, pack_gqa, window_size, softcap,
+    return _signature(q, k_cache, v_cache, (page_table, out), causal, num_splits, pack_gqa, window_size, softcap,
                       seqlens_type, cache_seqlens)
 
 
