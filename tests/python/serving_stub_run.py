@@ -420,6 +420,48 @@ expect(ValueError, ["cache_seqlens must be contiguous"], kvcache, qd, kc, vc, Te
 expect(ValueError, ["cache_seqlens is on cuda:1"], kvcache, qd, kc, vc, Tensor((batch,), i32, "cuda:1"), num_splits=1)
 expect(ValueError, ["out is"], kvcache, qd, kc, vc, cs_tensor, num_splits=1, out=Tensor((batch, 1, heads, d),
                                                                                         torch.float16))
+# A nested warm call of the same signature (from an allocator hook, say) leaves the outer call's tensors alone: the
+# plan is never written after it is kept.
+fa3jit.flash_attn_with_kvcache(qd, kp, vp, cs_tensor, table, num_splits=1)
+plain_new_empty, nested = Tensor.new_empty, [True]
+
+
+def nesting_new_empty(self, *args, **kwargs):
+    if nested:
+        nested.pop()
+        fa3jit.flash_attn_with_kvcache(qd, kp, vp, Tensor((batch,), i32), Tensor((batch, 16), i32, strides=(16, 1)),
+                                       num_splits=1)
+    return plain_new_empty(self, *args, **kwargs)
+
+
+Tensor.new_empty = nesting_new_empty
+try:
+    fa3jit.flash_attn_with_kvcache(qd, kp, vp, cs_tensor, table, num_splits=1)
+finally:
+    Tensor.new_empty = plain_new_empty
+assert not nested and (last_call().seqused_k, last_call().page_table) == (cs_tensor.data_ptr(), table.data_ptr())
+# pack_gqa of another type than bool or int (a 0-dim tensor, which the checks accept by its truth) takes the checks
+# each time: keyed by identity, a plan would keep the object and answer with its first value.
+class Flag:
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return self.value == other
+
+    def __bool__(self):
+        return bool(self.value)
+
+    __hash__ = object.__hash__
+
+
+flag = Flag(True)
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor, num_splits=1, pack_gqa=flag)
+assert last_call().pack_gqa == 1
+flag.value = False
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor, num_splits=1, pack_gqa=flag)
+assert last_call().pack_gqa == 0
+expect(ValueError, ["num_splits is [1]"], kvcache, qd, kc, vc, cs_tensor, num_splits=[1])
 # Plans are per thread: another thread's first call of a known signature takes the checks and keeps its own.
 other = []
 thread = threading.Thread(target=lambda: other.append((fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor,

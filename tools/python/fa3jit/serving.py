@@ -354,16 +354,17 @@ def _metadata_plan(metadata: Any, q: Any, splits: int, packing: int) -> Tuple[in
     return planned_splits, planned_packing
 
 
-def _varlen_maxima(cu_seqlens_q: Any, max_seqlen_q: Any, max_seqlen_k: Any, kv: _KV) -> Tuple[int, int]:
+def _varlen_maxima(cu_seqlens_q: Any, max_seqlen_q: Any, max_seqlen_k: Any, cu_seqlens_k: Any,
+                   capacity: int) -> Tuple[int, int]:
     """flash_attn_varlen_func's (max_seqlen_q, max_seqlen_k): the arguments checked, or where None the longest
     sequence of cu_seqlens_q / cu_seqlens_k (a device-to-host copy), or the cache's capacity."""
     max_q = _max_length(cu_seqlens_q) if max_seqlen_q is None else _checked_length(max_seqlen_q, "max_seqlen_q")
     if max_seqlen_k is not None:
         max_k = _checked_length(max_seqlen_k, "max_seqlen_k")
-    elif kv.cu_seqlens_k is not None:
-        max_k = _max_length(kv.cu_seqlens_k)
+    elif cu_seqlens_k is not None:
+        max_k = _max_length(cu_seqlens_k)
     else:
-        max_k = kv.capacity
+        max_k = capacity
     return max_q, max_k
 
 
@@ -432,10 +433,12 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
          seqlen_q: int, num_heads: int, head_dim: int, cu_seqlens_q: Any, max_seqlen_q: int, max_seqlen_k: int,
          softmax_scale: Optional[float], causal: bool, num_splits: int, pack_gqa: int, out: Any,
          return_lse: bool, variant: _Variant, device: int, q_shape: Any, out_dtype: Any = None,
-         fp8_fields: Tuple[Any, ...] = _NO_FP8) -> Any:
+         fp8_fields: Tuple[Any, ...] = _NO_FP8, index_tensors: Optional[Tuple[Any, Any, Any]] = None) -> Any:
     """Allocates or checks out, allocates lse, the workspace when the call splits, and launches; q's shape is
     q_shape, (total_q, ...) when varlen_q, else (batch, seqlen_q, ...); q_stride is q.stride(); device is q's
-    (_check_devices). out_dtype: None = q's (16-bit calls); e4m3 calls give it with their fp8_fields (_fp8_fields)."""
+    (_check_devices). out_dtype: None = q's (16-bit calls); e4m3 calls give it with their fp8_fields (_fp8_fields).
+    index_tensors: the call's (cu_seqlens_k, seqused_k, page_table) where kv is a kept plan's (whose own are None);
+    None = kv's."""
     torch = _attention._torch
     if out_dtype is None:
         out_dtype = q.dtype
@@ -480,13 +483,14 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
         params, address, size, size_ref, workspaces = _local.params
     except AttributeError:
         params, address, size, size_ref, workspaces = _thread_params()
+    cu_k, used, pages = (kv.cu_seqlens_k, kv.seqused_k, kv.page_table) if index_tensors is None else index_tensors
     try:
         _pack_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
                      batch, seqlen_q, kv.seqlen_k, num_heads, kv.num_heads_kv, head_dim, kv.head_dim_v,
                      q.data_ptr(), *q_strides, k.data_ptr(), *kv.k_strides, v.data_ptr(), *kv.v_strides,
                      out.data_ptr(), *o_strides, _ptr(lse), scale, 0, 0, *fp8_fields,
-                     _ptr(cu_seqlens_q), max_seqlen_q, _ptr(kv.cu_seqlens_k), max_seqlen_k, _ptr(kv.seqused_k),
-                     _ptr(kv.page_table), kv.page_table_stride, kv.max_pages, kv.num_pages, kv.page_size,
+                     _ptr(cu_seqlens_q), max_seqlen_q, _ptr(cu_k), max_seqlen_k, _ptr(used),
+                     _ptr(pages), kv.page_table_stride, kv.max_pages, kv.num_pages, kv.page_size,
                      num_splits, pack_gqa, variant.window_left, variant.window_right, variant.softcap,
                      _ptr(variant.sinks))
     except (struct.error, OverflowError):
@@ -641,15 +645,11 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
             plan = plans.get(signature)
             if plan is not None:
                 kv = plan.kv
-                kv.cu_seqlens_k, kv.seqused_k, kv.page_table = cu_seqlens_k, seqused_k, page_table
-                try:
-                    max_q, max_k = _varlen_maxima(cu_seqlens_q, max_seqlen_q, max_seqlen_k, kv)
-                    return _run(q, plan.q_stride, k, v, kv, plan.dtype_code, True, plan.batch, plan.seqlen_q,
-                                plan.num_heads, plan.head_dim, cu_seqlens_q, max_q, max_k, softmax_scale, causal,
-                                plan.splits, plan.packing, out, return_lse or return_attn_probs, plan.variant,
-                                plan.device, plan.q_shape)
-                finally:
-                    kv.cu_seqlens_k = kv.seqused_k = kv.page_table = None
+                max_q, max_k = _varlen_maxima(cu_seqlens_q, max_seqlen_q, max_seqlen_k, cu_seqlens_k, kv.capacity)
+                return _run(q, plan.q_stride, k, v, kv, plan.dtype_code, True, plan.batch, plan.seqlen_q,
+                            plan.num_heads, plan.head_dim, cu_seqlens_q, max_q, max_k, softmax_scale, causal,
+                            plan.splits, plan.packing, out, return_lse or return_attn_probs, plan.variant,
+                            plan.device, plan.q_shape, index_tensors=(cu_seqlens_k, seqused_k, page_table))
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
     dtype_code, quantize_q = _dtype_code(q, k, v, ("k", "v"))
     fp8 = dtype_code == _capi.DTYPE_E4M3
@@ -683,7 +683,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     if fp8:
         q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
                                                        batch, num_heads, head_dim, kv, cu_q, out)
-    max_q, max_k = _varlen_maxima(cu_q, max_seqlen_q, max_seqlen_k, kv)
+    max_q, max_k = _varlen_maxima(cu_q, max_seqlen_q, max_seqlen_k, kv.cu_seqlens_k, kv.capacity)
     return _run(q, q_stride, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
                 softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant, device, q_shape,
                 out_dtype, fp8_fields)
@@ -694,8 +694,9 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
 class _Plan:
     """What the checks before the device of flash_attn_varlen_func or flash_attn_with_kvcache derive from a call (its
     tensors' dtypes, shapes, strides and devices and its plain arguments: _signature): _run's arguments but the
-    call's tensors. kv's tensor fields (cu_seqlens_k, seqused_k, page_table) are set for each call and cleared after
-    it. seqlen_q is total_q for a varlen call; fill_seqlens: flash_attn_with_kvcache's cache length as a number."""
+    call's tensors. kv's tensor fields (cu_seqlens_k, seqused_k, page_table) are None: a warm call passes its own to
+    _run (index_tensors), so the plan is never written after it is kept (a nested call of the same signature, from
+    an allocator hook say, cannot change an outer one's). seqlen_q is total_q for a varlen call; fill_seqlens: flash_attn_with_kvcache's cache length as a number."""
     __slots__ = ("kv", "dtype_code", "batch", "seqlen_q", "num_heads", "head_dim", "q_shape", "q_stride",
                  "fill_seqlens", "splits", "packing", "variant", "device")
 
@@ -708,10 +709,17 @@ def _signature(q: Any, k: Any, v: Any, optional: Tuple[Any, ...], causal: Any, n
     """The key of a call's _Plan: the dtype, shape, strides and device of q, k, v and each of `optional` (None:
     absent), and the plain arguments the checks read, each with its type where the checks tell types apart (a bool
     is no num_splits, no window side and no cache length, though True == 1); None for a call the plans do not cover
-    (an argument that is not exactly a torch.Tensor, a window_size that is not a tuple of two ints, a softcap that is
-    no int or float)."""
+    (an argument that is not exactly a torch.Tensor, q not on a CUDA device, causal, num_splits or pack_gqa of
+    another type than bool or int, a window_size that is not a tuple of two ints, a softcap that is no int or
+    float)."""
     Tensor = _attention._Tensor
-    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor:
+    if type(q) is not Tensor or type(k) is not Tensor or type(v) is not Tensor or not q.is_cuda:
+        return None
+    # Plain arguments of the types the checks take, by value: anything else (a 0-dim tensor as pack_gqa, a list as
+    # num_splits) takes the checks each time, so no object is kept and no mutable one is keyed by its identity.
+    causal_type, splits_type, packing_type = type(causal), type(num_splits), type(pack_gqa)
+    if (causal_type is not bool and causal_type is not int or splits_type is not int and splits_type is not bool or
+            pack_gqa is not None and packing_type is not bool and packing_type is not int):
         return None
     metas = []
     for t in optional:
@@ -728,8 +736,8 @@ def _signature(q: Any, k: Any, v: Any, optional: Tuple[Any, ...], causal: Any, n
     if softcap_type is not float and softcap_type is not int:
         return None
     return (q.dtype, q.shape, q.stride(), q.get_device(), k.dtype, k.shape, k.stride(), k.get_device(), v.dtype,
-            v.shape, v.stride(), v.get_device(), *metas, not not causal, type(num_splits), num_splits,
-            type(pack_gqa), pack_gqa, window_size, softcap, *plain)
+            v.shape, v.stride(), v.get_device(), *metas, causal_type, causal, splits_type, num_splits, packing_type,
+            pack_gqa, window_size, softcap, *plain)
 
 
 def _kvcache_signature(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, page_table: Any, out: Any,
@@ -837,19 +845,14 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
                 plans = _local.plans = {}
             plan = plans.get(signature)
             if plan is not None:
-                kv = plan.kv
                 if plan.fill_seqlens is None:
-                    kv.seqused_k = cache_seqlens
+                    used = cache_seqlens
                 else:
-                    kv.seqused_k = torch.full((plan.batch,), plan.fill_seqlens, dtype=torch.int32, device=q.device)
-                kv.page_table = page_table
-                try:
-                    return _run(q, plan.q_stride, k_cache, v_cache, kv, plan.dtype_code, False, plan.batch,
-                                plan.seqlen_q, plan.num_heads, plan.head_dim, None, plan.seqlen_q, kv.capacity,
-                                softmax_scale, causal, plan.splits, plan.packing, out,
-                                return_lse or return_softmax_lse, plan.variant, plan.device, plan.q_shape)
-                finally:
-                    kv.seqused_k = kv.page_table = None
+                    used = torch.full((plan.batch,), plan.fill_seqlens, dtype=torch.int32, device=q.device)
+                return _run(q, plan.q_stride, k_cache, v_cache, plan.kv, plan.dtype_code, False, plan.batch,
+                            plan.seqlen_q, plan.num_heads, plan.head_dim, None, plan.seqlen_q, plan.kv.capacity,
+                            softmax_scale, causal, plan.splits, plan.packing, out, return_lse or return_softmax_lse,
+                            plan.variant, plan.device, plan.q_shape, index_tensors=(None, used, page_table))
     q, k_cache, v_cache = _tensor(q, "q"), _tensor(k_cache, "k_cache"), _tensor(v_cache, "v_cache")
     dtype_code, quantize_q = _dtype_code(q, k_cache, v_cache, ("k_cache", "v_cache"))
     fp8 = dtype_code == _capi.DTYPE_E4M3
