@@ -5,7 +5,8 @@ and cuDNN's (torch SDPA), one process.
 A decode step reads the whole K/V cache once for one new query token per sequence, so it is bound by HBM
 bandwidth: the figure of merit is GB/s of K+V read, batch * seqlen_k * num_heads_kv * head_dim * 2 tensors *
 2 bytes / time (Q and O are negligible). bf16, head_dim 128, seqlen_q 1, every cache full (cache_seqlens =
-seqlen_k), random normal inputs. Cells (batch, seqlen_k, num_heads / num_heads_kv): (64, 8192, 32/8),
+seqlen_k; --unused-keys N leaves N keys of each cache unused, so its last key block ends inside the block),
+random normal inputs. Cells (batch, seqlen_k, num_heads / num_heads_kv): (64, 8192, 32/8),
 (256, 4096, 32/8), (8, 32768, 64/8), (1, 131072, 32/8), and batch 1 and 16 at seqlen_k 1024 and 4096 (32/8).
 
 Columns:

@@ -638,11 +638,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
         signature = _signature(q, k, v, (cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, out), causal,
                                num_splits, pack_gqa, window_size, softcap)
         if signature is not None:
-            try:
-                plans = _local.plans
-            except AttributeError:
-                plans = _local.plans = {}
-            plan = plans.get(signature)
+            plan = _thread_plans().get(signature)
             if plan is not None:
                 kv = plan.kv
                 max_q, max_k = _varlen_maxima(cu_seqlens_q, max_seqlen_q, max_seqlen_k, cu_seqlens_k, kv.capacity)
@@ -754,11 +750,20 @@ def _kvcache_signature(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, p
                       seqlens_type, cache_seqlens)
 
 
+def _thread_plans() -> dict:
+    """This thread's plans, {signature: _Plan}."""
+    try:
+        return _local.plans
+    except AttributeError:
+        plans = _local.plans = {}
+        return plans
+
+
 def _keep_plan(signature: Any, kv: _KV, dtype_code: int, batch: int, seqlen_q: int, num_heads: int, head_dim: int,
                q_shape: Any, q_stride: Tuple[int, ...], fill_seqlens: Optional[int], splits: int, packing: int,
                variant: _Variant, device: int) -> None:
     """Keeps a checked call's plan for its signature (this thread's), kv copied without its tensors."""
-    plans = _local.plans
+    plans = _thread_plans()
     if len(plans) >= _PLANS_MAX:
         plans.clear()
     kept = _KV()
@@ -839,11 +844,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
         signature = _kvcache_signature(q, k_cache, v_cache, cache_seqlens, page_table, out, causal, num_splits,
                                        pack_gqa, window_size, softcap)
         if signature is not None:
-            try:
-                plans = _local.plans
-            except AttributeError:
-                plans = _local.plans = {}
-            plan = plans.get(signature)
+            plan = _thread_plans().get(signature)
             if plan is not None:
                 if plan.fill_seqlens is None:
                     used = cache_seqlens
