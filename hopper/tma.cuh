@@ -11,36 +11,82 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const TmaDesc* desc) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(desc)) : "memory");
 }
 
+/// L2 eviction priority of a load's lines (PTX ISA §9.7.9.18 createpolicy, .L2::cache_hint of §9.7.9.25):
+/// kEvictLast for data many CTAs read again (a head's K/V, read by every row block of the head), kEvictFirst for
+/// data read once (a tile's Q), kNormal leaves the hint out. FlashAttention-3 marks K/V evict_last and Q
+/// evict_first.
+enum class L2Hint { kNormal, kEvictFirst, kEvictLast };
+
+/// The 64-bit cache policy of `kHint` covering the whole access (fraction 1.0); one instruction, no memory.
+template <L2Hint kHint>
+__device__ __forceinline__ uint64_t l2_policy() {
+  uint64_t policy;
+  if constexpr (kHint == L2Hint::kEvictLast)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 /// Loads one box at coordinates {c0 (innermost), c1, c2, c3} into shared memory at `dst`, completing
-/// transaction bytes on the mbarrier `bar`. L2 hint: evict_last for K/V reused by many CTAs is left to later.
+/// transaction bytes on the mbarrier `bar`, with L2 priority `kHint`.
+template <L2Hint kHint = L2Hint::kNormal>
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const TmaDesc* desc, uint32_t bar, int c0, int c1,
                                             int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
+  if constexpr (kHint == L2Hint::kNormal) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+        "%3, %4, %5}], [%6], %7;" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(l2_policy<kHint>())
+        : "memory");
+  }
 }
 
 /// 5-D form of tma_load_4d (coordinates {c0 (innermost), ..., c4}).
+template <L2Hint kHint = L2Hint::kNormal>
 __device__ __forceinline__ void tma_load_5d(uint32_t dst, const TmaDesc* desc, uint32_t bar, int c0, int c1, int c2,
                                             int c3, int c4) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
-      "[%7];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
-      : "memory");
+  if constexpr (kHint == L2Hint::kNormal) {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
+        "%6}], [%7];" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+        "%3, %4, %5, %6}], [%7], %8;" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar),
+        "l"(l2_policy<kHint>())
+        : "memory");
+  }
 }
 
 /// Like tma_load_4d, but the box lands at the same shared-memory offset in every CTA of the cluster named by
 /// `cta_mask`, and completes transaction bytes on the mbarrier at the same offset in each of them.
+template <L2Hint kHint = L2Hint::kNormal>
 __device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const TmaDesc* desc, uint32_t bar, int c0, int c1,
                                                       int c2, int c3, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-      "%3, %4, %5}], [%6], %7;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask)
-      : "memory");
+  if constexpr (kHint == L2Hint::kNormal) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+        "{%2, %3, %4, %5}], [%6], %7;" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::"
+        "cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7, %8;" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask),
+        "l"(l2_policy<kHint>())
+        : "memory");
+  }
 }
 
 /// Stores one box from shared memory at `src` to coordinates {c0, c1, c2, c3}.

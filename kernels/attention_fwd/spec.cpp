@@ -392,7 +392,7 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
@@ -446,6 +446,7 @@ Spec parse_spec(const json& doc) {
   spec.softmax_in_mask_arms =
       read_knob(doc, "softmax_in_mask_arms", defaults.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec));
   spec.lazy_rescale = read_knob(doc, "lazy_rescale", defaults.lazy_rescale && lazy_rescale_fits(spec));
+  spec.l2_evict_hints = read_knob(doc, "l2_evict_hints", defaults.l2_evict_hints);
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -489,6 +490,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.mask_free_loop = d.mask_free_loop;
   spec.softmax_in_mask_arms = d.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec);
   spec.lazy_rescale = d.lazy_rescale && lazy_rescale_fits(spec);
+  spec.l2_evict_hints = d.l2_evict_hints;
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
@@ -535,6 +537,7 @@ json canonical_json(const Spec& spec) {
       {"mask_free_loop", spec.mask_free_loop},
       {"softmax_in_mask_arms", spec.softmax_in_mask_arms},
       {"lazy_rescale", spec.lazy_rescale},
+      {"l2_evict_hints", spec.l2_evict_hints},
       {"cluster_m", spec.cluster_m},
       {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
@@ -567,6 +570,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.mask_free_loop) text += " mask-free-loop";
   if (spec.softmax_in_mask_arms) text += " softmax-in-arms";
   if (spec.lazy_rescale) text += " lazy-rescale";
+  if (spec.l2_evict_hints) text += " l2-hints";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   if (spec.varlen_q) text += " varlen_q";

@@ -57,6 +57,11 @@
 //                       rises at most 8 (log2 units) above it, so P lies in [0, 256] and O is rescaled only when a
 //                       row of the warp moves its maximum further (device/softmax.cuh); outputs and LSE agree with
 //                       false to rounding, not bit for bit
+//   l2_evict_hints      bool, default from the tile table (tile_table.cpp: l2_evict_hints_row): the TMA loads of K
+//                       and V carry the L2 priority evict_last (every row block of the head reads them again) and
+//                       those of Q evict_first (read once), FA3's hints (PTX ISA createpolicy, .L2::cache_hint;
+//                       hopper/tma.cuh: L2Hint); cp.async gather copies carry none; the outputs are the same bit
+//                       for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -177,6 +182,7 @@ struct Spec {
   bool mask_free_loop = false;
   bool softmax_in_mask_arms = false;
   bool lazy_rescale = false;
+  bool l2_evict_hints = false;
   int cluster_m = 1;
   bool persistent = false;
   bool varlen_q = false;

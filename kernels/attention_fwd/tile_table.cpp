@@ -183,6 +183,9 @@ bool lazy_rescale_row(DType dtype, int row, int row_v) {
   return dtype != DType::kE4m3 && std::max(row, row_v) == 256;
 }
 
+// Whether the tile's TMA loads carry FA3's L2 priorities (spec.h: l2_evict_hints). Not measured yet: off.
+bool l2_evict_hints_row(DType, int, int) { return false; }
+
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
@@ -205,6 +208,7 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   t.mask_free_loop = mask_free_loop_row(dtype);
   t.softmax_in_mask_arms = softmax_in_mask_arms_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   t.lazy_rescale = lazy_rescale_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
+  t.l2_evict_hints = l2_evict_hints_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 

@@ -32,6 +32,7 @@ struct TileDefaults {
   bool mask_free_loop = false;        // tile_table.cpp: mask_free_loop_row
   bool softmax_in_mask_arms = false;  // tile_table.cpp: softmax_in_mask_arms_row
   bool lazy_rescale = false;          // tile_table.cpp: lazy_rescale_row, where the spec allows it
+  bool l2_evict_hints = false;        // tile_table.cpp: l2_evict_hints_row
 };
 
 /// Default tile for (dtype, head_dim, head_dim_v, causal), each dim of the dtype's rule (spec.h: HeadDimRule). The

@@ -296,6 +296,23 @@ TEST_CASE("softmax_in_mask_arms gives the same out and lse bit for bit", "[gpu][
       });
 }
 
+TEST_CASE("l2_evict_hints gives the same out and lse bit for bit", "[gpu][forward][l2_hints]") {
+  if (!have_gpu()) return;
+  // L2 priorities change where lines live, never what a load returns: the two kernels must agree to the bit. Dense,
+  // causal, GQA, pack_gqa's 5-D Q boxes, e4m3 with V d_major (its own V boxes), a 2-CTA cluster (multicast boxes).
+  check_knob_bit_identical(
+      "l2_evict_hints",
+      {
+          {R"({"dtype":"bf16","head_dim":128})", 2, 1023, 1111, 8, 2},
+          {R"({"dtype":"bf16","head_dim":128,"causal":true})", 2, 1023, 4224, 8, 8},
+          {R"({"dtype":"fp16","head_dim":256,"causal":true})", 2, 799, 1023, 16, 4},
+          {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},
+          {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true})", 2, 239, 799, 16, 16},
+          {R"({"dtype":"e4m3","head_dim":128,"v_layout":"d_major"})", 2, 1023, 1111, 8, 2},
+          {R"({"dtype":"bf16","head_dim":128,"cluster_m":2,"persistent":false})", 2, 1023, 1111, 8, 2},
+      });
+}
+
 // Multiplies key j's row of every (batch, kv head) of `p` by gain(j / seqlen_k), rounded to the input dtype, on the
 // host (which the reference reads) and on the device: the scores' scale, and so each row's block maximum, then
 // rises or falls along the keys.

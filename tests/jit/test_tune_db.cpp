@@ -221,7 +221,7 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
 
   const json choice = af::tune_choice(causal);
   CHECK(choice.at("tile") == json{{"block_m", causal.block_m}, {"block_n", causal.block_n}});
-  CHECK(choice.size() == 13);
+  CHECK(choice.size() == 14);
   CHECK(af::canonical_string(af::apply_choice(causal, choice)) == af::canonical_string(causal));
   const af::Spec narrow = af::apply_choice(causal, json{{"tile", {{"block_n", 128}}}, {"stages", 2}});
   CHECK(narrow.block_n == 128);
@@ -236,6 +236,10 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
   CHECK(choice.contains("lazy_rescale"));
   CHECK(af::apply_choice(causal, json{{"lazy_rescale", true}}).lazy_rescale);
   CHECK(af::apply_choice(causal, json{{"stages", 2}}).lazy_rescale == causal.lazy_rescale);
+  // l2_evict_hints likewise.
+  CHECK(choice.contains("l2_evict_hints"));
+  CHECK(af::apply_choice(causal, json{{"l2_evict_hints", true}}).l2_evict_hints);
+  CHECK(af::apply_choice(causal, json{{"stages", 2}}).l2_evict_hints == causal.l2_evict_hints);
 
   const auto refused = [](const af::Spec& base, const json& c) {
     const Error e = error_of([&] { (void)af::apply_choice(base, c); });

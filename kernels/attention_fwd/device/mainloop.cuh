@@ -60,6 +60,10 @@ struct Mainloop {
   static constexpr int kPvSteps = Cfg::kBlockN * Cfg::kElemBytes / 32;   // k-steps of O += P.V
   static constexpr int kPRegs = Cfg::kBlockN * Cfg::kElemBytes / 8;      // 32-bit registers of P per thread
   static constexpr int kRowBytes = kSwizzleRowBytes;                      // one swizzled row of a column block
+  // Spec field l2_evict_hints: K and V boxes (read again by every row block of the head) evict_last, Q boxes (read
+  // once) evict_first (hopper/tma.cuh: L2Hint; FlashAttention-3's hints).
+  static constexpr L2Hint kKvHint = Cfg::kL2EvictHints ? L2Hint::kEvictLast : L2Hint::kNormal;
+  static constexpr L2Hint kQHint = Cfg::kL2EvictHints ? L2Hint::kEvictFirst : L2Hint::kNormal;
   static constexpr int kVRows = transposed_v_rows(Cfg::kHeadDimV);        // e4m3: rows (channels) of a V stage
   static constexpr int kPvChunks = Cfg::kHeadDimV / Cfg::kPvChunkN;     // P.V passes (two-level accumulation)
   // The fresh accumulator of two-level accumulation (one register when unused: arrays have no size 0).
@@ -149,12 +153,12 @@ struct Mainloop {
         const int row = key - (key / p.page_size) * p.page_size;
 #pragma unroll
         for (int j = 0; j < kColBlocks; ++j)
-          tma_load_4d(dst + j * Cfg::kBlockN * kRowBytes + r * kRowBytes, desc, bar, kBlockCols * j, row,
+          tma_load_4d<kKvHint>(dst + j * Cfg::kBlockN * kRowBytes + r * kRowBytes, desc, bar, kBlockCols * j, row,
                       w.tile.kv_head, page);
       }
     } else if (lane == 0) {
       if constexpr (Cfg::kClusterM == 1) {
-        load_tile<Cfg::kBlockN, kCols>(dst, desc, bar, w.seq.k_row0 + n_block * Cfg::kBlockN, w.tile.kv_head,
+        load_tile<Cfg::kBlockN, kCols, kKvHint>(dst, desc, bar, w.seq.k_row0 + n_block * Cfg::kBlockN, w.tile.kv_head,
                                        w.seq.k_batch);
       } else {
         constexpr int kHalf = Cfg::kBlockN / 2;
@@ -162,7 +166,7 @@ struct Mainloop {
         const int rank = static_cast<int>(cluster_ctarank());
 #pragma unroll
         for (int j = 0; j < kColBlocks; ++j)
-          tma_load_4d_multicast(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar,
+          tma_load_4d_multicast<kKvHint>(dst + j * Cfg::kBlockN * kRowBytes + rank * kHalf * kRowBytes, desc, bar,
                                 kBlockCols * j, row + rank * kHalf, w.tile.kv_head, w.tile.batch,
                                 static_cast<uint16_t>(0x3));
       }
@@ -182,11 +186,11 @@ struct Mainloop {
       mbarrier_arrive_expect_tx(sm.q_full(), kColBlocks * kRowBytes * p.pack_rows * p.head_group);
 #pragma unroll
       for (int j = 0; j < kColBlocks; ++j)
-        tma_load_5d(sm.q() + j * Cfg::kBlockM * kRowBytes, tm_q, sm.q_full(), kBlockCols * j, 0, row, w.tile.kv_head,
+        tma_load_5d<kQHint>(sm.q() + j * Cfg::kBlockM * kRowBytes, tm_q, sm.q_full(), kBlockCols * j, 0, row, w.tile.kv_head,
                     w.seq.q_batch);
     } else {
       mbarrier_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
-      load_tile<Cfg::kBlockM, Cfg::kHeadDim>(sm.q(), tm_q, sm.q_full(), row, w.tile.head, w.seq.q_batch);
+      load_tile<Cfg::kBlockM, Cfg::kHeadDim, kQHint>(sm.q(), tm_q, sm.q_full(), row, w.tile.head, w.seq.q_batch);
     }
   }
 
@@ -204,13 +208,13 @@ struct Mainloop {
 
   /// Loads a rows x kCols tile as boxes of {128 bytes, rows} into consecutive column blocks (the last one padded
   /// with zeros by TMA when kCols does not fill it: e4m3 head_dim 64).
-  template <int kRows, int kCols>
+  template <int kRows, int kCols, L2Hint kHint>
   static __device__ __forceinline__ void load_tile(uint32_t dst, const TmaDesc* desc, uint32_t bar, int row,
                                                    int head, int batch) {
     constexpr int kBlockCols = kRowBytes / Cfg::kElemBytes;
 #pragma unroll
     for (int j = 0; j < (kCols + kBlockCols - 1) / kBlockCols; ++j)
-      tma_load_4d(dst + j * kRows * kRowBytes, desc, bar, kBlockCols * j, row, head, batch);
+      tma_load_4d<kHint>(dst + j * kRows * kRowBytes, desc, bar, kBlockCols * j, row, head, batch);
   }
 
   /// paged_gather: the threads that copy K/V rows, whole warps of the producer warpgroup: all four for 16-bit inputs
@@ -362,7 +366,7 @@ struct Mainloop {
                                                         const Params& p) {
 #pragma unroll
     for (int g = 0; g < Cfg::kBlockN / kDMajorBoxKeys; ++g)
-      tma_load_4d(dst + g * kVRows * kDMajorBoxKeys, &p.tm_v, bar,
+      tma_load_4d<kKvHint>(dst + g * kVRows * kDMajorBoxKeys, &p.tm_v, bar,
                   w.seq.k_row0 + n_block * Cfg::kBlockN + g * kDMajorBoxKeys, 0, w.tile.kv_head, w.seq.k_batch);
   }
 

@@ -91,6 +91,34 @@ TEST_CASE("every head dim of the capability rule compiles without spills (16-bit
   }
 }
 
+TEST_CASE("l2_evict_hints: every TMA load of K, V and Q carries its L2 priority, none without it", "[compile]") {
+  using namespace fa3jit::attention_fwd;
+  auto count = [](const std::string& ptx, const std::string& what) {
+    int n = 0;
+    for (size_t at = ptx.find(what); at != std::string::npos; at = ptx.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const char* text : {R"({"dtype":"bf16","head_dim":128})", R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major"})",
+                           R"({"dtype":"bf16","head_dim":128,"paged_kv":true,"pack_gqa":true,"split_kv":true})"}) {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    doc["l2_evict_hints"] = true;
+    const CompiledKernel on = compile_kernel(make_request(make_kernel_config(parse_spec(doc))).source);
+    doc["l2_evict_hints"] = false;
+    const CompiledKernel off = compile_kernel(make_request(make_kernel_config(parse_spec(doc))).source);
+    INFO(text);
+    check_resources(on);
+    const int loads = count(on.ptx, "cp.async.bulk.tensor.");
+    CHECK(loads > 0);
+    // Every bulk tensor copy in the kernel is a load (the O store is cp.async.bulk.tensor too: counted apart).
+    const int stores = count(on.ptx, "cp.async.bulk.tensor.4d.global.shared");
+    CHECK(count(on.ptx, ".L2::cache_hint") == loads - stores);
+    CHECK(count(on.ptx, "createpolicy.fractional.L2::evict_last") > 0);
+    CHECK(count(on.ptx, "createpolicy.fractional.L2::evict_first") > 0);
+    CHECK(count(off.ptx, ".L2::cache_hint") == 0);
+    CHECK(count(off.ptx, "createpolicy") == 0);
+  }
+}
+
 TEST_CASE("the serving kernels of a manifest compile without spills (TMA and gather pages, decode and prefill)",
           "[compile][serving]") {
   // Row-by-row page gathers (page sizes that are not a multiple of 8) change the producer's code and its register
