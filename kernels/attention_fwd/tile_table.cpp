@@ -154,13 +154,18 @@ bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
 }
 
 // Whether the tile runs the mask-free key blocks through their own copy of the loop body (spec.h: mask_free_loop).
-// Measured on an H200 and an H100, one copy (first block folded in) against two (and a peeled first block) in one
-// process (bench_fwd.py fa3jit_alt; bench/NOTES.md, 2026-12-05): 16-bit d64/128/256, both masks, 1k-16k, 0.95-1.04
-// either way (geomean about 1.0), so 16-bit takes one copy for its compile time (about half the NVRTC time: the
-// default kernel 1554 -> 772 ms); e4m3 one copy 0.85-1.01 of two (geomean 0.96; d256 with V d_major 0.85-0.88 at
-// 8k-16k), so e4m3 keeps two. Two copies with the first block folded into the masked one (no peeled copy; NVRTC
-// -9-18 %) measured 0.92-1.02 of the peeled schedule on an H100 (geomean 0.983; 2026-12-06): not taken.
-bool mask_free_loop_row(DType dtype) { return dtype == DType::kE4m3; }
+// e4m3: one copy measured 0.85-1.01 of two (geomean 0.96; d256 with V d_major 0.85-0.88 at 8k-16k; bench/NOTES.md,
+// 2026-12-05), so e4m3 takes two. 16-bit, measured again on the current loop (H100, one process, bench_fwd.py
+// fa3jit_alt = the table's kernel with two copies, 1k / 4k / 16k keys, both masks; bench/NOTES.md, 2026-12-07): d128
+// 1.02-1.08 (geomean 1.045), d64 1.02-1.05, d96 1.02-1.03, d192 1.00-1.08, 192 / 128 1.02-1.12, d256 1.00 (its
+// one-copy loop carries softmax_in_mask_arms and lazy_rescale, measured +3-7 %): two copies everywhere but d256. They
+// cost NVRTC time (about 1.5-2x the one-copy kernel's). Before the softmax and wait changes of 2026-12-07 the two
+// measured the same (2026-12-05), and 16-bit took one copy for its compile time. Two copies with the first block
+// folded into the masked one (no peeled copy; NVRTC -9-18 %) measured 0.92-1.02 of the peeled schedule on an H100
+// (geomean 0.983; 2026-12-06): not taken.
+bool mask_free_loop_row(DType dtype, int row, int row_v) {
+  return dtype == DType::kE4m3 || std::max(row, row_v) != 256;
+}
 
 // Whether the one-copy loop emits the softmax in both arms of its mask branch (spec.h: softmax_in_mask_arms; applied
 // where softmax_in_mask_arms_fits). Measured on an H100 in one process (bench_fwd.py fa3jit_alt, 1k-16k; bench/NOTES.md,
@@ -205,7 +210,7 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   // d128 and d256 non-causal 1k-16k, H100, 2026-12-06).
   t.persistent = persistent_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
   t.load_k_ahead = load_k_ahead_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v), causal);
-  t.mask_free_loop = mask_free_loop_row(dtype);
+  t.mask_free_loop = mask_free_loop_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   t.softmax_in_mask_arms = softmax_in_mask_arms_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   t.lazy_rescale = lazy_rescale_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   t.l2_evict_hints = l2_evict_hints_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
@@ -223,7 +228,8 @@ TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
   if (!supports_head_dims(dtype, head_dim, head_dim_v)) return default_tile(dtype, head_dim, head_dim_v, false);
   const bool fp8 = dtype == DType::kE4m3;
   TileDefaults t{64, 128, 1, 2, false, true};
-  t.mask_free_loop = mask_free_loop_row(dtype);
+  // One copy for 16-bit decode (its short loops were not measured with two), two for e4m3 (mask_free_loop_row).
+  t.mask_free_loop = fp8;
   // softmax_in_mask_arms stays off: decode measured within 1 % either way (one warpgroup, short loops; bench/NOTES.md,
   // 2026-12-07), so its kernels keep the shorter compile. lazy_rescale stays off: decode was not measured with it.
   switch (std::max(tuned_row(head_dim), tuned_row(head_dim_v))) {

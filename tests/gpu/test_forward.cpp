@@ -281,17 +281,17 @@ TEST_CASE("softmax_in_mask_arms gives the same out and lse bit for bit", "[gpu][
   check_knob_bit_identical(
       "softmax_in_mask_arms",
       {
-          {R"({"dtype":"bf16","head_dim":128})", 4, 1023, 1111, 8, 2},
-          {R"({"dtype":"bf16","head_dim":128,"causal":true})", 4, 1023, 4224, 8, 8},
-          {R"({"dtype":"fp16","head_dim":256,"causal":true})", 2, 799, 1023, 16, 4},
-          {R"({"dtype":"bf16","head_dim":256})", 2, 1, 799, 8, 2},
-          {R"({"dtype":"bf16","head_dim":64,"causal":true})", 3, 2049, 2049, 8, 2},
-          {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true})", 2, 239, 799, 16, 16},
-          {R"({"dtype":"bf16","head_dim":96})", 2, 1023, 1500, 12, 4},
-          {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},  // one key block
-          {R"({"dtype":"bf16","head_dim":128,"rescale_o_before_pv":true,"causal":true})", 2, 1023, 1111, 8, 2},
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":128})", 4, 1023, 1111, 8, 2},
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":128,"causal":true})", 4, 1023, 4224, 8, 8},
+          {R"({"dtype":"fp16","mask_free_loop":false,"head_dim":256,"causal":true})", 2, 799, 1023, 16, 4},
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":256})", 2, 1, 799, 8, 2},
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":64,"causal":true})", 3, 2049, 2049, 8, 2},
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":192,"head_dim_v":128,"causal":true})", 2, 239, 799, 16, 16},
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":96})", 2, 1023, 1500, 12, 4},
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":64})", 1, 113, 1, 4, 1},  // one key block
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":128,"rescale_o_before_pv":true,"causal":true})", 2, 1023, 1111, 8, 2},
           {R"({"dtype":"e4m3","head_dim":128,"mask_free_loop":false,"causal":true})", 2, 1023, 1111, 16, 4},
-          {R"({"dtype":"bf16","head_dim":128,"tile":{"block_m":64},"pingpong":false,"causal":true})", 2, 1023, 799, 8,
+          {R"({"dtype":"bf16","mask_free_loop":false,"head_dim":128,"tile":{"block_m":64},"pingpong":false,"causal":true})", 2, 1023, 799, 8,
            2},  // one warpgroup
       });
 }

@@ -181,8 +181,8 @@ TEST_CASE("the schedule knobs off the table's defaults compile without spills, e
       R"({"dtype":"e4m3","head_dim":128,"fp32_two_level_accum":true,"tile":{"block_n":128},"mask_free_loop":false})",
       R"({"dtype":"bf16","head_dim":128,"persistent":false,"cluster_m":2})",
       R"({"dtype":"bf16","head_dim":256,"cluster_m":2})",  // on the persistent grid
-      R"({"dtype":"bf16","head_dim":128,"causal":true,"softmax_in_mask_arms":true})",
-      R"({"dtype":"bf16","head_dim":64,"softmax_in_mask_arms":true})",
+      R"({"dtype":"bf16","head_dim":128,"causal":true,"mask_free_loop":false,"softmax_in_mask_arms":true})",
+      R"({"dtype":"bf16","head_dim":64,"mask_free_loop":false,"softmax_in_mask_arms":true})",
       R"({"dtype":"bf16","head_dim":256,"softmax_in_mask_arms":false})",
       R"({"dtype":"e4m3","head_dim":128,"causal":true,"mask_free_loop":false,"softmax_in_mask_arms":true})",
       // lazy_rescale: O's multiplies behind a warp-uniform branch after P.V's wait; d256 without it (the table's d256

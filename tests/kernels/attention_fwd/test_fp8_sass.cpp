@@ -135,7 +135,7 @@ TEST_CASE("softmax_in_mask_arms: the wait for P.V after the softmax in the one-c
   REQUIRE_FALSE(tool.empty());
   for (const char* dims : {R"("head_dim":128)", R"("head_dim":256)"}) {
     for (const bool arms : {false, true}) {
-      const std::string json = fmt::format(R"({{"dtype":"bf16",{},"causal":true,"softmax_in_mask_arms":{}}})", dims, arms);
+      const std::string json = fmt::format(R"({{"dtype":"bf16",{},"causal":true,"mask_free_loop":false,"softmax_in_mask_arms":{}}})", dims, arms);
       INFO(json);
       const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(json));
       const std::string sass = disassemble(compile_kernel(af::emit_kernel(cfg)).cubin, tool);

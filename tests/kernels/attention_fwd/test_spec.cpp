@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":false,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":false,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -374,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":false,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":false,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":false,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":false,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":false,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -431,12 +431,12 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
   CHECK(doc.at("intra_wg_overlap") == true);
   CHECK_FALSE(doc.contains("problem"));
   CHECK_FALSE(doc.contains("hadamard"));
-  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap persistent");
+  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap mask-free-loop persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
-        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap persistent");
+        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap mask-free-loop persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) ==
         "fp16 d256 128x80 wg2 st2 pingpong overlap k-ahead softmax-in-arms lazy-rescale persistent");
-  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap persistent");
+  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap mask-free-loop persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
         "bf16 d256 128x80 wg2 st2 k-ahead lazy-rescale persistent");
   CHECK(af::name_token(spec) == "bf16_d128_causal");
@@ -851,7 +851,7 @@ TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the de
   CHECK(af::canonical_string(plain) == af::canonical_string(one));
   CHECK(af::canonical_string(two) != af::canonical_string(plain));
   CHECK(af::canonical_json(two).at("cluster_m") == 2);
-  CHECK(af::spec_summary(two) == "bf16 d128 128x176 wg2 st2 pingpong overlap cluster2 persistent");
+  CHECK(af::spec_summary(two) == "bf16 d128 128x176 wg2 st2 pingpong overlap mask-free-loop cluster2 persistent");
   // The multicast producer gets 40 registers, the consumers 232: the same pool of 3 x 168.
   const auto cfg = af::make_kernel_config(two);
   CHECK(cfg.producer_registers == 40);
@@ -911,8 +911,8 @@ TEST_CASE("l2_evict_hints: its own kernel, a bool, off in the table", "[spec]") 
 }
 
 TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops it refuses", "[spec]") {
-  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "softmax_in_mask_arms": true})");
-  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128})");
+  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "mask_free_loop": false, "softmax_in_mask_arms": true})");
+  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128, "mask_free_loop": false})");
   check_knob_kernel(on, off, &Spec::softmax_in_mask_arms, "softmax-in-arms", "kSoftmaxInMaskArms");
   // The table: 16-bit d256 (both masks), nothing else; e4m3 runs two copies of the loop, where it does not apply.
   CHECK(parse(R"({"dtype": "fp16", "head_dim": 256, "causal": true})").softmax_in_mask_arms);
@@ -1003,12 +1003,17 @@ TEST_CASE("mask_free_loop: its own kernel and the loop it emits", "[spec]") {
   CHECK(af::parse_spec(af::canonical_json(one)) == one);
   CHECK_THAT(af::spec_summary(two), Contains("mask-free-loop"));
   CHECK_THAT(af::spec_summary(one), !Contains("mask-free-loop"));
-  // The table's kernels run one copy, the serving layouts' too (the gather kernels' register split included).
-  CHECK_FALSE(af::default_tile(DType::kBf16, 128, 128, true).mask_free_loop);
+  // The table's 16-bit kernels run two copies but d256's (its one-copy loop takes softmax_in_mask_arms and
+  // lazy_rescale), the serving layouts' too (the gather kernels' register split included); 16-bit decode one copy.
+  CHECK(af::default_tile(DType::kBf16, 128, 128, true).mask_free_loop);
+  CHECK(af::default_tile(DType::kFp16, 192, 128, false).mask_free_loop);
+  CHECK(af::default_tile(DType::kBf16, 96, 96, false).mask_free_loop);
+  CHECK_FALSE(af::default_tile(DType::kBf16, 256, 256, false).mask_free_loop);
+  CHECK_FALSE(af::default_tile(DType::kFp16, 256, 256, true).mask_free_loop);
   af::Layout gather;
   gather.varlen_q = gather.varlen_k = gather.paged_kv = gather.paged_gather = true;
-  CHECK_FALSE(af::variant_tile(DType::kBf16, 64, 64, true, af::Quant::kNone, gather).mask_free_loop);
-  CHECK_FALSE(af::variant_tile(DType::kBf16, 64, 64, true, af::Quant::kNone, af::Layout{}).mask_free_loop);
+  CHECK(af::variant_tile(DType::kBf16, 64, 64, true, af::Quant::kNone, gather).mask_free_loop);
+  CHECK(af::variant_tile(DType::kBf16, 64, 64, true, af::Quant::kNone, af::Layout{}).mask_free_loop);
   CHECK_FALSE(af::decode_tile(DType::kFp16, 128, 128).mask_free_loop);
   // e4m3 keeps the mask-free copy (tile_table.cpp: mask_free_loop_row).
   CHECK(af::default_tile(DType::kE4m3, 128, 128, false).mask_free_loop);
@@ -1018,7 +1023,8 @@ TEST_CASE("mask_free_loop: its own kernel and the loop it emits", "[spec]") {
   d_major.v_d_major = true;
   CHECK(af::variant_tile(DType::kE4m3, 128, 128, true, af::Quant::kPerHead, d_major).mask_free_loop);
   CHECK(parse(R"({"dtype": "e4m3", "head_dim": 128})").mask_free_loop);
-  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 128})").mask_free_loop);
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 128})").mask_free_loop);
+  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 256})").mask_free_loop);
   CHECK(af::emit_kernel(af::make_kernel_config(one)).code.find("static constexpr bool kMaskFreeLoop = false;") !=
         std::string::npos);
   CHECK(af::emit_kernel(af::make_kernel_config(two)).code.find("static constexpr bool kMaskFreeLoop = true;") !=
@@ -1033,7 +1039,7 @@ TEST_CASE("persistent: its own kernel, its O staging over V, and the layouts it 
   CHECK_FALSE(grid.persistent);
   CHECK(af::canonical_string(p) != af::canonical_string(grid));
   CHECK(af::canonical_json(p).at("persistent") == true);
-  CHECK_THAT(af::spec_summary(p), Contains("overlap persistent"));
+  CHECK_THAT(af::spec_summary(p), Contains(" persistent"));
   CHECK(af::parse_spec(af::canonical_json(p)) == p);
   CHECK(af::persistent_conflict(p).empty());
   // O moves from over Q to over the V stages: the same bytes for a tile whose V stages hold O, two more barriers.
