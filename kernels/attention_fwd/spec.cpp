@@ -441,7 +441,10 @@ Spec parse_spec(const json& doc) {
   spec.rescale_o_before_pv =
       read_knob(doc, "rescale_o_before_pv", defaults.rescale_o_before_pv && rescale_o_fits(spec));
   spec.load_k_ahead = read_knob(doc, "load_k_ahead", defaults.load_k_ahead && load_k_ahead_fits(spec));
-  spec.mask_free_loop = read_knob(doc, "mask_free_loop", defaults.mask_free_loop);
+  // The table's two copies yield to an explicit softmax_in_mask_arms true, which needs the one-copy loop (as pingpong
+  // yields to the schedule); asked for together, validate() judges.
+  spec.mask_free_loop =
+      read_knob(doc, "mask_free_loop", defaults.mask_free_loop && !read_knob(doc, "softmax_in_mask_arms", false));
   // As pingpong: the table's value where the loop can take it; asked for explicitly, validate() judges.
   spec.softmax_in_mask_arms =
       read_knob(doc, "softmax_in_mask_arms", defaults.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec));

@@ -45,7 +45,8 @@
 //                       that holds no mask code; false runs every block through the masked copy, which checks per
 //                       block whether to mask, and in the intra_wg_overlap schedule the first block too (peeled
 //                       otherwise: it has no P.V yet); one copy of the body takes about half the NVRTC time of two
-//                       copies and a peeled first block; the outputs are the same bit for bit
+//                       copies and a peeled first block; the outputs are the same bit for bit; a spec that asks for
+//                       softmax_in_mask_arms true and leaves this field out gets false
 //   softmax_in_mask_arms bool, default from the tile table (tile_table.cpp: softmax_in_mask_arms_row, which has
 //                       the measurements); needs the one-copy loop of the intra_wg_overlap schedule without
 //                       fp32_two_level_accum (softmax_in_mask_arms_fits): true emits the softmax in both arms of the

@@ -921,6 +921,10 @@ TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops 
   CHECK(parse(R"({"dtype": "bf16", "head_dim": 256})").softmax_in_mask_arms);
   CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 64})").softmax_in_mask_arms);
   CHECK_FALSE(parse(R"({"dtype": "e4m3", "head_dim": 256})").softmax_in_mask_arms);
+  // Asked for where the table runs two copies (d128), the table's copies yield: one copy, the arms.
+  const Spec asked = parse(R"({"dtype": "bf16", "head_dim": 128, "softmax_in_mask_arms": true})");
+  CHECK(asked.softmax_in_mask_arms);
+  CHECK_FALSE(asked.mask_free_loop);
   // The table's value only where the loop takes it; asked for elsewhere, refused by name.
   CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 256, "mask_free_loop": true})").softmax_in_mask_arms);
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "mask_free_loop": true, "softmax_in_mask_arms": true})"),
