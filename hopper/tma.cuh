@@ -11,20 +11,21 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const TmaDesc* desc) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(desc)) : "memory");
 }
 
-/// L2 eviction priority of a load's lines (PTX ISA §9.7.9.18 createpolicy, .L2::cache_hint of §9.7.9.25):
+/// L2 eviction priority of a load's lines (PTX ISA: createpolicy, and the .L2::cache_hint of cp.async.bulk.tensor):
 /// kEvictLast for data many CTAs read again (a head's K/V, read by every row block of the head), kEvictFirst for
 /// data read once (a tile's Q), kNormal leaves the hint out. FlashAttention-3 marks K/V evict_last and Q
 /// evict_first.
 enum class L2Hint { kNormal, kEvictFirst, kEvictLast };
 
-/// The 64-bit cache policy of `kHint` covering the whole access (fraction 1.0); one instruction, no memory.
+/// The 64-bit cache policy of `kHint` covering the whole access (fraction 1.0); one instruction, no memory access and
+/// no side effect (not volatile: the compiler may hoist or merge it).
 template <L2Hint kHint>
 __device__ __forceinline__ uint64_t l2_policy() {
   uint64_t policy;
   if constexpr (kHint == L2Hint::kEvictLast)
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
   else
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
 

@@ -445,11 +445,11 @@ Spec parse_spec(const json& doc) {
   // yields to the schedule); asked for together, validate() judges.
   spec.mask_free_loop =
       read_knob(doc, "mask_free_loop", defaults.mask_free_loop && !read_knob(doc, "softmax_in_mask_arms", false));
+  spec.l2_evict_hints = read_knob(doc, "l2_evict_hints", defaults.l2_evict_hints && !spec.split_kv);
   // As pingpong: the table's value where the loop can take it; asked for explicitly, validate() judges.
   spec.softmax_in_mask_arms =
       read_knob(doc, "softmax_in_mask_arms", defaults.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec));
   spec.lazy_rescale = read_knob(doc, "lazy_rescale", defaults.lazy_rescale && lazy_rescale_fits(spec));
-  spec.l2_evict_hints = read_knob(doc, "l2_evict_hints", defaults.l2_evict_hints);
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -493,7 +493,8 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.mask_free_loop = d.mask_free_loop;
   spec.softmax_in_mask_arms = d.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec);
   spec.lazy_rescale = d.lazy_rescale && lazy_rescale_fits(spec);
-  spec.l2_evict_hints = d.l2_evict_hints;
+  // A split reads its Q once per split and its K/V range once: the hints of l2_evict_hints_row are for prefill.
+  spec.l2_evict_hints = d.l2_evict_hints && !layout.split_kv;
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
   spec.varlen_q = layout.varlen_q;
   spec.varlen_k = layout.varlen_k;
@@ -566,6 +567,15 @@ std::string spec_summary(const Spec& spec) {
   if (spec.head_dim_v != spec.head_dim) text += fmt::format("/v{}", spec.head_dim_v);
   if (spec.causal) text += " causal";
   text += fmt::format(" {}x{} wg{} st{}", spec.block_m, spec.block_n, spec.consumer_warpgroups, spec.stages);
+  // The call's layout before the schedule's knobs: the C ABI's summary field (FA3JIT_SUMMARY_CAPACITY) cuts the tail.
+  if (spec.varlen_q) text += " varlen_q";
+  if (spec.varlen_k) text += " varlen_k";
+  if (spec.paged_kv) text += spec.paged_gather ? " paged(gather)" : " paged";
+  if (spec.pack_gqa) text += " pack_gqa";
+  if (spec.split_kv) text += " split";
+  if (spec.local) text += " local";
+  if (spec.softcap) text += " softcap";
+  if (spec.sinks) text += " sinks";
   if (spec.pingpong) text += " pingpong";
   if (spec.intra_wg_overlap) text += " overlap";
   if (spec.rescale_o_before_pv) text += " rescale-early";
@@ -576,14 +586,6 @@ std::string spec_summary(const Spec& spec) {
   if (spec.l2_evict_hints) text += " l2-hints";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
-  if (spec.varlen_q) text += " varlen_q";
-  if (spec.varlen_k) text += " varlen_k";
-  if (spec.paged_kv) text += spec.paged_gather ? " paged(gather)" : " paged";
-  if (spec.pack_gqa) text += " pack_gqa";
-  if (spec.split_kv) text += " split";
-  if (spec.local) text += " local";
-  if (spec.softcap) text += " softcap";
-  if (spec.sinks) text += " sinks";
   return text;
 }
 

@@ -46,7 +46,8 @@
 //                       block whether to mask, and in the intra_wg_overlap schedule the first block too (peeled
 //                       otherwise: it has no P.V yet); one copy of the body takes about half the NVRTC time of two
 //                       copies and a peeled first block; the outputs are the same bit for bit; a spec that asks for
-//                       softmax_in_mask_arms true and leaves this field out gets false
+//                       softmax_in_mask_arms true and leaves this field out gets false (e4m3 too, whose table
+//                       runs two copies)
 //   softmax_in_mask_arms bool, default from the tile table (tile_table.cpp: softmax_in_mask_arms_row, which has
 //                       the measurements); needs the one-copy loop of the intra_wg_overlap schedule without
 //                       fp32_two_level_accum (softmax_in_mask_arms_fits): true emits the softmax in both arms of the
@@ -61,8 +62,8 @@
 //   l2_evict_hints      bool, default from the tile table (tile_table.cpp: l2_evict_hints_row): the TMA loads of K
 //                       and V carry the L2 priority evict_last (every row block of the head reads them again) and
 //                       those of Q evict_first (read once), FA3's hints (PTX ISA createpolicy, .L2::cache_hint;
-//                       hopper/tma.cuh: L2Hint); cp.async gather copies carry none; the outputs are the same bit
-//                       for bit
+//                       hopper/tma.cuh: L2Hint); cp.async gather copies carry none; not in the table for split_kv
+//                       (a split reads Q again and its K/V range once); the outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)

@@ -153,6 +153,16 @@ bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
   return r == 256 || (r == 192 && causal);
 }
 
+// Whether the one-copy loop emits the softmax in both arms of its mask branch (spec.h: softmax_in_mask_arms; applied
+// where softmax_in_mask_arms_fits). Measured on an H100 in one process (bench_fwd.py fa3jit_alt, 1k-16k; bench/NOTES.md,
+// 2026-12-07): 16-bit d256 +3-7 % in 5 of 6 cells (its softmax of 42 exponentials and O's 128 rescales no longer wait
+// for P.V), d128, d192 and 192 / 128 within 2-3 % either way, d64 and d96 -6-10 % (three warpgroups of 64 rows: their
+// softmaxes, no longer held back by P.V, contend for the MUFU pipe); e4m3 one copy with it 0.86-0.95 of the table's
+// two copies. Taken for 256 only.
+bool softmax_in_mask_arms_row(DType dtype, int row, int row_v) {
+  return dtype != DType::kE4m3 && std::max(row, row_v) == 256;
+}
+
 // Whether the tile runs the mask-free key blocks through their own copy of the loop body (spec.h: mask_free_loop).
 // e4m3: one copy measured 0.85-1.01 of two (geomean 0.96; d256 with V d_major 0.85-0.88 at 8k-16k; bench/NOTES.md,
 // 2026-12-05), so e4m3 takes two. 16-bit, measured again on the current loop (H100, one process, bench_fwd.py
@@ -164,17 +174,7 @@ bool load_k_ahead_row(DType dtype, int row, int row_v, bool causal) {
 // folded into the masked one (no peeled copy; NVRTC -9-18 %) measured 0.92-1.02 of the peeled schedule on an H100
 // (geomean 0.983; 2026-12-06): not taken.
 bool mask_free_loop_row(DType dtype, int row, int row_v) {
-  return dtype == DType::kE4m3 || std::max(row, row_v) != 256;
-}
-
-// Whether the one-copy loop emits the softmax in both arms of its mask branch (spec.h: softmax_in_mask_arms; applied
-// where softmax_in_mask_arms_fits). Measured on an H100 in one process (bench_fwd.py fa3jit_alt, 1k-16k; bench/NOTES.md,
-// 2026-12-07): 16-bit d256 +3-7 % in 5 of 6 cells (its softmax of 42 exponentials and O's 128 rescales no longer wait
-// for P.V), d128, d192 and 192 / 128 within 2-3 % either way, d64 and d96 -6-10 % (three warpgroups of 64 rows: their
-// softmaxes, no longer held back by P.V, contend for the MUFU pipe); e4m3 one copy with it 0.86-0.95 of the table's
-// two copies. Taken for 256 only.
-bool softmax_in_mask_arms_row(DType dtype, int row, int row_v) {
-  return dtype != DType::kE4m3 && std::max(row, row_v) == 256;
+  return dtype == DType::kE4m3 || !softmax_in_mask_arms_row(dtype, row, row_v);
 }
 
 // Whether the tile rescales O lazily (spec.h: lazy_rescale; applied where lazy_rescale_fits). Measured on an H100 in one
@@ -191,8 +191,9 @@ bool lazy_rescale_row(DType dtype, int row, int row_v) {
 // Whether the tile's TMA loads carry FA3's L2 priorities (spec.h: l2_evict_hints). Measured on an H100 in one process
 // (bench_fwd.py fa3jit_alt = the table's kernel with the field on; bench/NOTES.md, 2026-12-07): bf16 36 cells geomean
 // 1.006 (0.99-1.06; causal 512-1k +1-6 %, where many heads are in flight at once; 4k-16k within 1 %), d96 / d192 /
-// 192-128 at 2k and 8k 0.99-1.01, e4m3 d_major 0.99-1.02: taken everywhere (no registers, no compile time). The
-// decode tile keeps none (not measured).
+// 192-128 at 2k and 8k 0.99-1.01, e4m3 d_major 0.99-1.02: taken for every prefill row (no registers, no compile
+// time). Decode-shaped calls keep none (not measured): the decode tile, and split-KV layouts (tiled_spec), whose splits
+// each read Q again and their K/V range once.
 bool l2_evict_hints_row(DType, int, int) { return true; }
 
 }  // namespace
@@ -235,7 +236,9 @@ TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
   // One copy for 16-bit decode (its short loops were not measured with two), two for e4m3 (mask_free_loop_row).
   t.mask_free_loop = fp8;
   // softmax_in_mask_arms stays off: decode measured within 1 % either way (one warpgroup, short loops; bench/NOTES.md,
-  // 2026-12-07), so its kernels keep the shorter compile. lazy_rescale stays off: decode was not measured with it.
+  // 2026-12-07), so its kernels keep the shorter compile. lazy_rescale and l2_evict_hints stay off: decode was not
+  // measured with them.
+  t.l2_evict_hints = false;
   switch (std::max(tuned_row(head_dim), tuned_row(head_dim_v))) {
     case 64: t.stages = 4; break;
     case 96:

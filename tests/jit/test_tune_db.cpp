@@ -238,8 +238,12 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
   CHECK(af::apply_choice(causal, json{{"stages", 2}}).lazy_rescale == causal.lazy_rescale);
   // l2_evict_hints likewise.
   CHECK(choice.contains("l2_evict_hints"));
-  CHECK(af::apply_choice(causal, json{{"l2_evict_hints", true}}).l2_evict_hints);
-  CHECK(af::apply_choice(causal, json{{"stages", 2}}).l2_evict_hints == causal.l2_evict_hints);
+  CHECK(causal.l2_evict_hints);  // the table's value
+  CHECK_FALSE(af::apply_choice(causal, json{{"l2_evict_hints", false}}).l2_evict_hints);
+  // A record without it takes the table's value even from a base without the hints.
+  af::Spec no_hints = causal;
+  no_hints.l2_evict_hints = false;
+  CHECK(af::apply_choice(no_hints, json{{"stages", 2}}).l2_evict_hints);
 
   const auto refused = [](const af::Spec& base, const json& c) {
     const Error e = error_of([&] { (void)af::apply_choice(base, c); });

@@ -99,7 +99,8 @@ TEST_CASE("l2_evict_hints: every TMA load of K, V and Q carries its L2 priority,
     return n;
   };
   for (const char* text : {R"({"dtype":"bf16","head_dim":128})", R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major"})",
-                           R"({"dtype":"bf16","head_dim":128,"paged_kv":true,"pack_gqa":true,"split_kv":true})"}) {
+                           R"({"dtype":"bf16","head_dim":128,"paged_kv":true,"pack_gqa":true,"split_kv":true})",
+                           R"({"dtype":"bf16","head_dim":128,"persistent":false,"cluster_m":2})"}) {
     nlohmann::json doc = nlohmann::json::parse(text);
     doc["l2_evict_hints"] = true;
     const CompiledKernel on = compile_kernel(make_request(make_kernel_config(parse_spec(doc))).source);
@@ -173,7 +174,7 @@ TEST_CASE("the schedule knobs off the table's defaults compile without spills, e
   // the knobs off the table's values are compiled here, not only the table's.
   using namespace fa3jit::attention_fwd;
   const char* specs[] = {
-      R"({"dtype":"bf16","head_dim":128,"causal":true,"mask_free_loop":true,"rescale_o_before_pv":true})",
+      R"({"dtype":"bf16","head_dim":128,"causal":true,"mask_free_loop":false,"rescale_o_before_pv":true})",
       R"({"dtype":"bf16","head_dim":256,"load_k_ahead":false,"mask_free_loop":true})",
       R"({"dtype":"fp16","head_dim":64,"load_k_ahead":true,"rescale_o_before_pv":true})",
       R"({"dtype":"e4m3","head_dim":128,"causal":true,"mask_free_loop":false})",
@@ -189,7 +190,7 @@ TEST_CASE("the schedule knobs off the table's defaults compile without spills, e
       // takes it).
       R"({"dtype":"bf16","head_dim":128,"causal":true,"lazy_rescale":true})",
       R"({"dtype":"bf16","head_dim":256,"lazy_rescale":false})",
-      R"({"dtype":"fp16","head_dim":64,"lazy_rescale":true,"mask_free_loop":true})",
+      R"({"dtype":"fp16","head_dim":64,"lazy_rescale":true,"mask_free_loop":false})",
   };
   for (const char* text : specs) {
     const Spec spec = parse_spec(std::string(text));

@@ -908,6 +908,15 @@ TEST_CASE("l2_evict_hints: its own kernel, a bool, on in the table but for decod
   CHECK(parse(R"({"dtype": "bf16", "head_dim": 128, "paged_kv": true, "l2_evict_hints": true})").l2_evict_hints);
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "l2_evict_hints": 1})"), Contains("l2_evict_hints"));
   CHECK(af::default_spec(DType::kBf16, 128, 128, false).l2_evict_hints);
+  // The runtime's kernels: prefill layouts take them (gather pages too: their Q boxes), decode-shaped ones none.
+  af::Layout gather;
+  gather.varlen_q = gather.paged_kv = gather.paged_gather = true;
+  CHECK(af::default_spec(DType::kBf16, DType::kBf16, af::Quant::kNone, 128, 128, true, gather).l2_evict_hints);
+  af::Layout split = gather;
+  split.split_kv = true;
+  CHECK_FALSE(af::default_spec(DType::kBf16, DType::kBf16, af::Quant::kNone, 128, 128, true, split).l2_evict_hints);
+  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 128, "split_kv": true})").l2_evict_hints);
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 128, "split_kv": true, "l2_evict_hints": true})").l2_evict_hints);
   CHECK(af::default_tile(DType::kE4m3, 256, 256, true).l2_evict_hints);
   CHECK_FALSE(af::decode_tile(DType::kBf16, 128, 128).l2_evict_hints);
 }
@@ -925,6 +934,9 @@ TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops 
   const Spec asked = parse(R"({"dtype": "bf16", "head_dim": 128, "softmax_in_mask_arms": true})");
   CHECK(asked.softmax_in_mask_arms);
   CHECK_FALSE(asked.mask_free_loop);
+  const Spec asked8 = parse(R"({"dtype": "e4m3", "head_dim": 128, "softmax_in_mask_arms": true})");
+  CHECK(asked8.softmax_in_mask_arms);
+  CHECK_FALSE(asked8.mask_free_loop);
   // The table's value only where the loop takes it; asked for elsewhere, refused by name.
   CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 256, "mask_free_loop": true})").softmax_in_mask_arms);
   CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "mask_free_loop": true, "softmax_in_mask_arms": true})"),
