@@ -17,15 +17,16 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const TmaDesc* desc) {
 /// evict_first.
 enum class L2Hint { kNormal, kEvictFirst, kEvictLast };
 
-/// The 64-bit cache policy of `kHint` covering the whole access (fraction 1.0); one instruction, no memory access and
-/// no side effect (not volatile: the compiler may hoist or merge it).
+/// The 64-bit cache policy of `kHint` covering the whole access (fraction 1.0); one instruction, no memory access.
+/// Volatile, so it is made right before each load: hoisted out of the producer's loops (not volatile), the 64-bit
+/// policy stays live across them and the causal kernels' 24-register producer spilled 12-32 bytes (ptxas, CUDA 13.0).
 template <L2Hint kHint>
 __device__ __forceinline__ uint64_t l2_policy() {
   uint64_t policy;
   if constexpr (kHint == L2Hint::kEvictLast)
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
   else
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
 
