@@ -158,8 +158,8 @@ struct Mainloop {
       }
     } else if (lane == 0) {
       if constexpr (Cfg::kClusterM == 1) {
-        load_tile<Cfg::kBlockN, kCols, kKvHint>(dst, desc, bar, w.seq.k_row0 + n_block * Cfg::kBlockN, w.tile.kv_head,
-                                       w.seq.k_batch);
+        load_tile<Cfg::kBlockN, kCols, kKvHint>(dst, desc, bar, w.seq.k_row0 + n_block * Cfg::kBlockN,
+                                                w.tile.kv_head, w.seq.k_batch);
       } else {
         constexpr int kHalf = Cfg::kBlockN / 2;
         const int row = n_block * Cfg::kBlockN;
@@ -186,8 +186,8 @@ struct Mainloop {
       mbarrier_arrive_expect_tx(sm.q_full(), kColBlocks * kRowBytes * p.pack_rows * p.head_group);
 #pragma unroll
       for (int j = 0; j < kColBlocks; ++j)
-        tma_load_5d<kQHint>(sm.q() + j * Cfg::kBlockM * kRowBytes, tm_q, sm.q_full(), kBlockCols * j, 0, row, w.tile.kv_head,
-                    w.seq.q_batch);
+        tma_load_5d<kQHint>(sm.q() + j * Cfg::kBlockM * kRowBytes, tm_q, sm.q_full(), kBlockCols * j, 0, row,
+                            w.tile.kv_head, w.seq.q_batch);
     } else {
       mbarrier_arrive_expect_tx(sm.q_full(), Smem::kQBytes);
       load_tile<Cfg::kBlockM, Cfg::kHeadDim, kQHint>(sm.q(), tm_q, sm.q_full(), row, w.tile.head, w.seq.q_batch);

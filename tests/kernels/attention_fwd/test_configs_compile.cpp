@@ -98,7 +98,8 @@ TEST_CASE("l2_evict_hints: every TMA load of K, V and Q carries its L2 priority,
     for (size_t at = ptx.find(what); at != std::string::npos; at = ptx.find(what, at + 1)) ++n;
     return n;
   };
-  for (const char* text : {R"({"dtype":"bf16","head_dim":128})", R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major"})",
+  for (const char* text : {R"({"dtype":"bf16","head_dim":128})",
+                           R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major"})",
                            R"({"dtype":"bf16","head_dim":128,"paged_kv":true,"pack_gqa":true,"split_kv":true})",
                            R"({"dtype":"bf16","head_dim":128,"persistent":false,"cluster_m":2})"}) {
     nlohmann::json doc = nlohmann::json::parse(text);
