@@ -46,6 +46,7 @@ std::string emit_config(const KernelConfig& c) {
       "  static constexpr bool kSoftmaxInMaskArms = {};\n"
       "  static constexpr bool kLazyRescale = {};\n"
       "  static constexpr bool kL2EvictHints = {};\n"
+      "  static constexpr bool kPInSmem = {};\n"
       "  static constexpr int kClusterM = {};\n"
       "  static constexpr bool kPersistent = {};\n"
       "  static constexpr bool kVarlenQ = {};\n"
@@ -61,7 +62,7 @@ std::string emit_config(const KernelConfig& c) {
       s.head_dim, s.head_dim_v, s.block_m, s.block_n, s.stages, s.consumer_warpgroups, c.num_threads,
       c.producer_registers, c.consumer_registers, c.elem_bytes, c.out_elem_bytes, c.smem_bytes, s.causal,
       s.dtype == DType::kBf16, s.out_dtype == DType::kBf16, s.quant == Quant::kPerBlock, s.fp32_two_level_accum,
-      c.pv_chunk_n, c.v_stage, s.pingpong, s.intra_wg_overlap, s.rescale_o_before_pv, s.load_k_ahead, s.mask_free_loop, s.softmax_in_mask_arms, s.lazy_rescale, s.l2_evict_hints, s.cluster_m, s.persistent, s.varlen_q, s.varlen_k, s.paged_kv, s.paged_gather, s.pack_gqa,
+      c.pv_chunk_n, c.v_stage, s.pingpong, s.intra_wg_overlap, s.rescale_o_before_pv, s.load_k_ahead, s.mask_free_loop, s.softmax_in_mask_arms, s.lazy_rescale, s.l2_evict_hints, s.p_in_smem, s.cluster_m, s.persistent, s.varlen_q, s.varlen_k, s.paged_kv, s.paged_gather, s.pack_gqa,
       s.split_kv, s.local, s.softcap, s.sinks);
 }
 
@@ -113,11 +114,13 @@ KernelSource emit_kernel(const KernelConfig& config) {
   out += layout_asserts("fa3jit::attention_fwd::Params", sizeof(Params), alignof(Params), params_layout());
   out += "// ---- generated ----\nnamespace fa3jit {\n";
   out += emit_config(config);
-  // S = Q.K^T: A (Q) and B (K) from shared memory, both K-major. O += P.V: A (P) from registers, B (V) from
+  // S = Q.K^T: A (Q) and B (K) from shared memory, both K-major. O += P.V: A (P) from registers (or shared memory:
+  // p_in_smem), B (V) from
   // shared memory: MN-major (trans-b) for 16-bit, K-major (V transposed by the producer, or given transposed:
   // v_layout d_major) for e4m3, whose wgmma has no transpose (PTX ISA 9.7.15.5.1). With two-level accumulation P.V runs in chunks of kPvChunkN columns.
   out += emit_wgmma({"wgmma_qk", spec.block_n, k_step, wgmma_type, false, false});
-  out += emit_wgmma({"wgmma_pv", config.pv_chunk_n, k_step, wgmma_type, true, !fp8});
+  // p_in_smem: P.V's A (P) from shared memory too.
+  out += emit_wgmma({"wgmma_pv", config.pv_chunk_n, k_step, wgmma_type, !spec.p_in_smem, !fp8});
   out += "}  // namespace fa3jit\n";
   inline_template("kernels/attention_fwd/device/kernel.cuh", done, out);
   out += fmt::format(

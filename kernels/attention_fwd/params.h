@@ -93,7 +93,7 @@ enum VStage : int { kVStageMnMajor = 0, kVStageTransposed = 1, kVStageDMajor = 2
 /// Byte offsets of one CTA's dynamic shared memory. Every tile starts on a 1024-byte boundary (128-byte
 /// swizzle atoms, docs/kernel-design.md §2); the launch requests 1024 bytes of slack on top so the kernel
 /// can align the base of the dynamic window. Order: Q | V load stages (e4m3 seq_major) | O tail | K stages |
-/// V stages | O tail (persistent) | barriers. The epilogue stages O
+/// V stages | O tail (persistent) | P (p_in_smem) | barriers. The epilogue stages O
 ///  - one tile per CTA: from the start of Q over Q, the V load stages (all free by then) and the O tail before the K
 ///    stages: the bytes of O that Q and the load stages do not cover (an e4m3 d_major kernel's 16-bit O is twice its
 ///    Q; 0 for every other kernel);
@@ -110,7 +110,10 @@ struct SmemPlan {
   int o_bytes;          // block_m x head_dim_v in the output dtype (the epilogue's staging tile)
   int o_tail_bytes;     // what O needs past the area it is staged over, rounded up to 1024
   int o_staging_bytes;  // what the epilogue may use: that area and the O tail
-  int q_offset, v_load_offset, k_offset, v_offset, o_offset, barrier_offset;
+  int p_bytes;          // p_in_smem: block_m x block_n probabilities, the A operand of P.V (each consumer warpgroup's
+                        // 64 rows K-major, 128-byte swizzled like Q); 0 otherwise. Its own area: a warpgroup may stage
+                        // O while another still runs its last P.V
+  int q_offset, v_load_offset, k_offset, v_offset, o_offset, p_offset, barrier_offset;
   int num_barriers;     // q_full + k_full, k_empty, v_full, v_empty per stage (+ v_load_full, v_load_empty with a
                         // V load stage, else + v_tail) (+ kPersistentBarriers on a persistent grid)
   int launch_bytes;     // dynamic shared memory requested at launch
@@ -135,7 +138,8 @@ inline constexpr int kDMajorBoxKeys = 32;
 
 
 FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int head_dim, int head_dim_v, int stages,
-                                                int elem_bytes, int out_elem_bytes, int v_stage, bool persistent) {
+                                                int elem_bytes, int out_elem_bytes, int v_stage, bool persistent,
+                                                bool p_in_smem) {
   SmemPlan p{};
   const bool load_stages = v_stage == kVStageTransposed;
   p.q_bytes = block_m * smem_row_bytes(head_dim, elem_bytes);
@@ -156,7 +160,9 @@ FA3JIT_HOST_DEVICE constexpr SmemPlan smem_plan(int block_m, int block_n, int he
   p.k_offset = p.v_load_offset + stages * p.v_load_stage_bytes + (persistent ? 0 : p.o_tail_bytes);
   p.v_offset = p.k_offset + stages * p.k_stage_bytes;
   p.o_offset = persistent ? p.v_offset : p.q_offset;
-  p.barrier_offset = p.v_offset + stages * p.v_stage_bytes + (persistent ? p.o_tail_bytes : 0);
+  p.p_bytes = p_in_smem ? block_m * smem_row_bytes(block_n, elem_bytes) : 0;
+  p.p_offset = p.v_offset + stages * p.v_stage_bytes + (persistent ? p.o_tail_bytes : 0);
+  p.barrier_offset = p.p_offset + p.p_bytes;
   p.num_barriers = 1 + (load_stages ? 6 * stages : 4 * stages + 1) + (persistent ? kPersistentBarriers : 0);
   p.launch_bytes = p.barrier_offset + kBarrierAreaBytes + kSmemAlignSlack;
   return p;

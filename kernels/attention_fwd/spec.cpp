@@ -300,6 +300,8 @@ bool softmax_in_mask_arms_fits(const Spec& spec) {
 // (compute-sanitizer synccheck: "Mismatching warpgroup instruction pc between warps", fp16 d256, 2026-12-07).
 bool lazy_rescale_fits(const Spec& spec) { return spec.dtype != DType::kE4m3 && !spec.rescale_o_before_pv; }
 
+bool p_in_smem_fits(const Spec& spec) { return spec.dtype != DType::kE4m3; }
+
 bool load_k_ahead_fits(const Spec& spec) {
   return spec.dtype != DType::kE4m3 || spec.v_layout == VLayout::kDMajor;
 }
@@ -360,6 +362,10 @@ void validate(const Spec& spec) {
                         "the intra_wg_overlap schedule, expected intra_wg_overlap true, mask_free_loop false and "
                         "fp32_two_level_accum false",
                         spec.intra_wg_overlap, spec.mask_free_loop, spec.fp32_two_level_accum));
+  if (spec.p_in_smem && !p_in_smem_fits(spec))
+    invalid(fmt::format("spec field \"p_in_smem\": true is not allowed with dtype \"{}\": the e4m3 P.V takes P from "
+                        "registers (FA3's FP8 path likewise); expected false, or dtype \"bf16\" or \"fp16\"",
+                        dtype_name(spec.dtype)));
   if (spec.cluster_m != 1 && spec.cluster_m != 2)
     invalid(fmt::format("spec field \"cluster_m\": {} is not allowed; expected 1 or 2", spec.cluster_m));
   // K/V multicast pairs two CTAs that walk the same KV blocks: only without a causal mask (FA3 likewise).
@@ -392,7 +398,7 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "p_in_smem", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
@@ -450,6 +456,7 @@ Spec parse_spec(const json& doc) {
   spec.softmax_in_mask_arms =
       read_knob(doc, "softmax_in_mask_arms", defaults.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec));
   spec.lazy_rescale = read_knob(doc, "lazy_rescale", defaults.lazy_rescale && lazy_rescale_fits(spec));
+  spec.p_in_smem = read_knob(doc, "p_in_smem", defaults.p_in_smem && p_in_smem_fits(spec));
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -493,6 +500,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.mask_free_loop = d.mask_free_loop;
   spec.softmax_in_mask_arms = d.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec);
   spec.lazy_rescale = d.lazy_rescale && lazy_rescale_fits(spec);
+  spec.p_in_smem = d.p_in_smem && p_in_smem_fits(spec);
   // A split reads its Q once per split and its K/V range once: the hints of l2_evict_hints_row are for prefill.
   spec.l2_evict_hints = d.l2_evict_hints && !layout.split_kv;
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
@@ -542,6 +550,7 @@ json canonical_json(const Spec& spec) {
       {"softmax_in_mask_arms", spec.softmax_in_mask_arms},
       {"lazy_rescale", spec.lazy_rescale},
       {"l2_evict_hints", spec.l2_evict_hints},
+      {"p_in_smem", spec.p_in_smem},
       {"cluster_m", spec.cluster_m},
       {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
@@ -584,6 +593,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.softmax_in_mask_arms) text += " softmax-in-arms";
   if (spec.lazy_rescale) text += " lazy-rescale";
   if (spec.l2_evict_hints) text += " l2-hints";
+  if (spec.p_in_smem) text += " p-smem";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   return text;

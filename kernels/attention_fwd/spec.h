@@ -64,6 +64,13 @@
 //                       those of Q evict_first (read once), FA3's hints (PTX ISA createpolicy, .L2::cache_hint;
 //                       hopper/tma.cuh: L2Hint); cp.async gather copies carry none; not in the table for split_kv
 //                       (a split reads Q again and its K/V range once); the outputs are the same bit for bit
+//   p_in_smem           bool, default from the tile table (tile_table.cpp: p_in_smem_row); 16-bit dtypes
+//                       (p_in_smem_fits): each consumer warpgroup writes its probabilities P to shared memory
+//                       (stmatrix, 128-byte swizzle) and P.V reads both operands from there (FA3's MmaPV_is_RS
+//                       false), instead of holding P in registers as the A operand: block_n / 4 registers fewer per
+//                       consumer thread, so wider key blocks fit (FA3's d64 192x192 and d96 192x144), for
+//                       block_m x block_n x 2 bytes of shared memory and a warpgroup barrier per key block; the
+//                       outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -185,6 +192,7 @@ struct Spec {
   bool softmax_in_mask_arms = false;
   bool lazy_rescale = false;
   bool l2_evict_hints = false;
+  bool p_in_smem = false;
   int cluster_m = 1;
   bool persistent = false;
   bool varlen_q = false;
@@ -240,6 +248,11 @@ bool softmax_in_mask_arms_fits(const Spec& spec);
 /// rescale_o_before_pv: the skip would branch between a warpgroup's GEMM issues); validate() refuses it elsewhere and
 /// the tile table's value applies only where it holds.
 bool lazy_rescale_fits(const Spec& spec);
+
+/// Whether `spec` can take p_in_smem (16-bit dtypes: the e4m3 P.V takes P from registers, whose keys the V transpose
+/// relabels, as FA3's FP8 path does); validate() refuses it elsewhere and the tile table's value applies only where it
+/// holds.
+bool p_in_smem_fits(const Spec& spec);
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
 /// "tile.block_n"), the value and what is allowed; Error(kUnsupported) for values the language names but

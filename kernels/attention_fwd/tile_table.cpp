@@ -95,6 +95,11 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
   }
 }
 
+// No row takes p_in_smem (spec.h; TileDefaults::p_in_smem stays false). Measured on an H100 in one process (bench_fwd.py
+// fa3jit_alt, 2k-16k, both masks; bench/NOTES.md, 2026-12-07): P through shared memory on the table's d64 192x128
+// 0.89-0.93; the tiles it lets fit, d64 192x192 0.96-1.02 (FA3's non-causal tile) and d96 192x128 0.92-0.96
+// non-causal, 1.00-1.02 causal.
+
 // The budget problems of a tile at (dtype, head_dim, head_dim_v) with the dtype's default output, in `layout` (its
 // register split; empty: it fits).
 std::vector<std::string> tile_problems(DType dtype, int head_dim, int head_dim_v, const TileDefaults& t,
@@ -320,8 +325,9 @@ KernelConfig derive_config(const Spec& spec) {
   // d128 192x96 (estimate 164 with 28, 160 with 24) spills 48 bytes, so the overhead is 28.
   // e4m3: P packs four probabilities per register (block_n / 8), and two-level accumulation adds a fresh
   // accumulator of pv_chunk_n columns (pv_chunk_n / 2 registers).
+  // p_in_smem: P goes to shared memory as it is packed, so no register holds it across the GEMMs.
   config.pv_chunk_n = spec.head_dim_v;
-  const int p_registers = fp8 ? spec.block_n / 8 : spec.block_n / 4;
+  const int p_registers = spec.p_in_smem ? 0 : fp8 ? spec.block_n / 8 : spec.block_n / 4;
   // 16-bit softcap over gathered pages beside three consumer warpgroups: d64's 192x128 (estimate 156) spilled 120-192
   // bytes (ptxas, CUDA 13.0; softcap alone or the gather alone spill none), 192x112 (144) none: 8 more.
   const int gather_softcap = !fp8 && spec.paged_gather && spec.softcap && wg == 3 ? 8 : 0;
@@ -350,7 +356,7 @@ KernelConfig derive_config(const Spec& spec) {
   config.elem_bytes = dtype_size(spec.dtype);
   config.out_elem_bytes = dtype_size(spec.out_dtype);
   config.smem = smem_plan(spec.block_m, spec.block_n, spec.head_dim, spec.head_dim_v, spec.stages, config.elem_bytes,
-                          config.out_elem_bytes, config.v_stage, spec.persistent);
+                          config.out_elem_bytes, config.v_stage, spec.persistent, spec.p_in_smem);
   config.smem_bytes = config.smem.launch_bytes;
   return config;
 }

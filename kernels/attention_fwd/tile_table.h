@@ -33,6 +33,7 @@ struct TileDefaults {
   bool softmax_in_mask_arms = false;  // tile_table.cpp: softmax_in_mask_arms_row
   bool lazy_rescale = false;          // tile_table.cpp: lazy_rescale_row, where the spec allows it
   bool l2_evict_hints = false;        // tile_table.cpp: l2_evict_hints_row
+  bool p_in_smem = false;             // the row's tile (table_tile), where the spec allows it (spec.h: p_in_smem_fits)
 };
 
 /// Default tile for (dtype, head_dim, head_dim_v, causal), each dim of the dtype's rule (spec.h: HeadDimRule). The

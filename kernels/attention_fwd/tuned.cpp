@@ -21,7 +21,7 @@ using nlohmann::json;
 const std::vector<std::string>& choice_keys() {
   static const std::vector<std::string> keys = {"tile",  "consumer_warpgroups", "stages", "pingpong",
                                                 "intra_wg_overlap", "rescale_o_before_pv", "load_k_ahead", "mask_free_loop",
-                                                "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "cluster_m",
+                                                "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "p_in_smem", "cluster_m",
                                                 "fp32_two_level_accum", "persistent"};
   return keys;
 }
@@ -51,6 +51,7 @@ TileDefaults tile_of(const Spec& s) {
   t.softmax_in_mask_arms = s.softmax_in_mask_arms;
   t.lazy_rescale = s.lazy_rescale;
   t.l2_evict_hints = s.l2_evict_hints;
+  t.p_in_smem = s.p_in_smem;
   return t;
 }
 
@@ -104,14 +105,15 @@ Spec apply_choice(const Spec& base, const json& choice) {
   json_fields::require_object(choice, "choice");
   json_fields::reject_unknown_keys(choice, "choice", choice_keys());
   json doc = canonical_json(base);
-  // A record written before rescale_o_before_pv, load_k_ahead, mask_free_loop, softmax_in_mask_arms, lazy_rescale or
-  // l2_evict_hints existed leaves them to the table (where the spec's schedule allows them).
+  // A record written before rescale_o_before_pv, load_k_ahead, mask_free_loop, softmax_in_mask_arms, lazy_rescale,
+  // l2_evict_hints or p_in_smem existed leaves them to the table (where the spec's schedule allows them).
   if (!choice.contains("rescale_o_before_pv")) doc.erase("rescale_o_before_pv");
   if (!choice.contains("load_k_ahead")) doc.erase("load_k_ahead");
   if (!choice.contains("mask_free_loop")) doc.erase("mask_free_loop");
   if (!choice.contains("softmax_in_mask_arms")) doc.erase("softmax_in_mask_arms");
   if (!choice.contains("lazy_rescale")) doc.erase("lazy_rescale");
   if (!choice.contains("l2_evict_hints")) doc.erase("l2_evict_hints");
+  if (!choice.contains("p_in_smem")) doc.erase("p_in_smem");
   for (const auto& [key, value] : choice.items()) doc[key] = value;
   const Spec spec = parse_spec(doc);
   if (spec.quant == Quant::kPerBlock && (spec.block_m != base.block_m || spec.block_n != base.block_n))

@@ -321,6 +321,55 @@ TEST_CASE("l2_evict_hints gives the same out and lse bit for bit", "[gpu][forwar
       });
 }
 
+TEST_CASE("p_in_smem gives the same out and lse bit for bit", "[gpu][forward][p_in_smem]") {
+  if (!have_gpu()) return;
+  // The same 16-bit P goes through shared memory instead of registers into the same P.V, so the two kernels must agree
+  // to the bit: a difference is a P row stored to the wrong swizzled chunk, or read before its warp's stores (or
+  // overwritten before the last P.V read it). Tiles that fit both ways: 1-3 warpgroups, both schedules, pingpong,
+  // persistent grids whose CTAs run several tiles, causal diagonals and seqlen_k tails, one key block, GQA, d256's one
+  // copy with lazy_rescale, 192 / 128, rescale_o_before_pv.
+  check_knob_bit_identical(
+      "p_in_smem",
+      {
+          {R"({"dtype":"bf16","head_dim":64})", 4, 1023, 1111, 8, 2},
+          {R"({"dtype":"fp16","head_dim":64,"causal":true})", 3, 2049, 2049, 8, 2},
+          {R"({"dtype":"bf16","head_dim":96,"causal":true})", 2, 1023, 1500, 12, 4},
+          {R"({"dtype":"bf16","head_dim":128,"tile":{"block_n":128}})", 4, 1023, 1111, 8, 2},
+          {R"({"dtype":"bf16","head_dim":128,"causal":true,"tile":{"block_n":128}})", 4, 1023, 4224, 8, 8},
+          {R"({"dtype":"bf16","head_dim":128,"tile":{"block_n":128},"intra_wg_overlap":false,"pingpong":false,)"
+           R"("causal":true})", 2, 1023, 799, 8, 2},
+          {R"({"dtype":"bf16","head_dim":128,"tile":{"block_m":64,"block_n":128},"pingpong":false})", 2, 799, 1023, 8,
+           2},
+          {R"({"dtype":"fp16","head_dim":256,"causal":true,"tile":{"block_n":64}})", 2, 799, 1023, 16, 4},
+          {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128,"causal":true,"tile":{"block_n":96}})", 2, 239, 799,
+           16, 16},
+          {R"({"dtype":"bf16","head_dim":128,"tile":{"block_n":128},"rescale_o_before_pv":true})", 2, 1023, 1111, 8,
+           2},
+          {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},  // one key block
+      });
+}
+
+TEST_CASE("p_in_smem tiles that fit only with P in shared memory pass the reference", "[gpu][forward][p_in_smem]") {
+  if (!have_gpu()) return;
+  // FA3's d64 192x192 and the d96 192x128 key block: P in registers does not fit their consumers' 160 registers.
+  for (const char* json :
+       {R"({"dtype":"bf16","head_dim":64,"tile":{"block_n":192},"p_in_smem":true})",
+        R"({"dtype":"fp16","head_dim":64,"causal":true,"tile":{"block_n":192},"p_in_smem":true})",
+        R"({"dtype":"bf16","head_dim":96,"tile":{"block_n":128},"p_in_smem":true})",
+        R"({"dtype":"bf16","head_dim":96,"causal":true,"tile":{"block_n":128},"p_in_smem":true})",
+        R"({"dtype":"bf16","head_dim":88,"tile":{"block_n":128},"p_in_smem":true,"persistent":true})"}) {
+    const Spec spec = parse_spec(std::string(json));
+    for (const auto& [sq, sk] : {std::pair<int64_t, int64_t>{800, 1111}, {1, 4224}, {239, 113}}) {
+      ProblemShape s{spec.dtype, 2, sq, sk, 6, 2, spec.head_dim, spec.causal};
+      AttentionProblem p(s, 7);
+      p.run(runtime(), load_kernel(runtime(), spec).get());
+      const CheckResult r = p.check();
+      INFO(json << " sq " << sq << " sk " << sk << ": " << format_check(r));
+      CHECK(r.passed);
+    }
+  }
+}
+
 // Multiplies key j's row of every (batch, kv head) of `p` by gain(j / seqlen_k), rounded to the input dtype, on the
 // host (which the reference reads) and on the device: the scores' scale, and so each row's block maximum, then
 // rises or falls along the keys.

@@ -221,7 +221,7 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
 
   const json choice = af::tune_choice(causal);
   CHECK(choice.at("tile") == json{{"block_m", causal.block_m}, {"block_n", causal.block_n}});
-  CHECK(choice.size() == 14);
+  CHECK(choice.size() == 15);
   CHECK(af::canonical_string(af::apply_choice(causal, choice)) == af::canonical_string(causal));
   const af::Spec narrow = af::apply_choice(causal, json{{"tile", {{"block_n", 128}}}, {"stages", 2}});
   CHECK(narrow.block_n == 128);
@@ -244,6 +244,13 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
   af::Spec no_hints = causal;
   no_hints.l2_evict_hints = false;
   CHECK(af::apply_choice(no_hints, json{{"stages", 2}}).l2_evict_hints);
+  // p_in_smem likewise: a tuned record may take it, a record without it takes the table's value (off).
+  CHECK(choice.contains("p_in_smem"));
+  CHECK(af::apply_choice(causal, json{{"p_in_smem", true}, {"tile", {{"block_n", 128}}}}).p_in_smem);
+  // Its shared memory is the spec's: the table's d128 128x176 has no room for P.
+  CHECK_THROWS_WITH(af::apply_choice(causal, json{{"p_in_smem", true}}), Contains("bytes of shared memory"));
+  af::Spec p_smem = af::apply_choice(causal, json{{"p_in_smem", true}, {"tile", {{"block_n", 128}}}});
+  CHECK_FALSE(af::apply_choice(p_smem, json{{"stages", 2}}).p_in_smem);
 
   const auto refused = [](const af::Spec& base, const json& c) {
     const Error e = error_of([&] { (void)af::apply_choice(base, c); });

@@ -1,6 +1,7 @@
 // The FA3 mainloop: a producer warp streams Q once and K/V blocks through a `stages`-deep mbarrier
 // ring by TMA; each consumer warpgroup computes S = Q.K^T (wgmma, both operands in shared memory), masks,
-// runs the online softmax, and accumulates O += P.V (wgmma with P from registers, V from shared memory).
+// runs the online softmax, and accumulates O += P.V (wgmma with P from registers, or with p_in_smem from shared
+// memory, V from shared memory).
 // With paged_gather the producer warps copy K/V rows with cp.async instead (page sizes no TMA box fits).
 // KV blocks are visited from the last to the first, so the masked blocks (seqlen_k tail, causal diagonal)
 // come first and the steady state runs mask-free; a sliding window's left edge comes last, masked again (FA3
@@ -59,6 +60,9 @@ struct Mainloop {
   static constexpr int kQkSteps = (Cfg::kHeadDim * Cfg::kElemBytes + 31) / 32;
   static constexpr int kPvSteps = Cfg::kBlockN * Cfg::kElemBytes / 32;   // k-steps of O += P.V
   static constexpr int kPRegs = Cfg::kBlockN * Cfg::kElemBytes / 8;      // 32-bit registers of P per thread
+  // Registers that hold P from its softmax until its P.V has completed: none with p_in_smem, whose P waits in shared
+  // memory (one register, never written: arrays have no size 0).
+  static constexpr int kPHeld = Cfg::kPInSmem ? 1 : kPRegs;
   static constexpr int kRowBytes = kSwizzleRowBytes;                      // one swizzled row of a column block
   // Spec field l2_evict_hints: K and V boxes (read again by every row block of the head) evict_last, Q boxes (read
   // once) evict_first (hopper/tma.cuh: L2Hint; FlashAttention-3's hints).
@@ -622,10 +626,11 @@ struct Mainloop {
   }
 
   /// acc (+)= P.V for columns [chunk * kPvChunkN, +kPvChunkN) of V stage `stage` (issued, committed, not waited).
-  /// kFresh: the first k-step overwrites acc (two-level accumulation's fresh accumulator).
+  /// kFresh: the first k-step overwrites acc (two-level accumulation's fresh accumulator). P: the registers p, or
+  /// with p_in_smem consumer warpgroup wg's P tile (stage_p).
   template <bool kFresh, int kN>
-  static __device__ __forceinline__ void issue_pv(float (&acc)[kN], const uint32_t (&p)[kPRegs], const Smem& sm,
-                                                  int stage, int chunk = 0) {
+  static __device__ __forceinline__ void issue_pv(float (&acc)[kN], const uint32_t (&p)[kPHeld], const Smem& sm,
+                                                  int wg, int stage, int chunk = 0) {
     // Stage 0's descriptor (loop-invariant) moved to the stage (one multiply-add) and by a constant per k-step.
     const uint32_t v_tile = sm.v(0);
     uint64_t v0;
@@ -650,8 +655,15 @@ struct Mainloop {
       } else {
         offset = g * 16 * kRowBytes;
       }
-      wgmma_pv(acc, p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3], desc_advance(v0, offset),
-               kFresh && g == 0 ? 0 : 1);
+      if constexpr (Cfg::kPInSmem) {
+        // P's k-step g: 32 bytes into column block g / 4 of the warpgroup's 64 rows (as Q's in issue_qk).
+        const uint64_t p0 = make_smem_desc_sw128(sm.p(wg), 16, 1024);
+        wgmma_pv(acc, desc_advance(p0, (g / 4) * 64 * kRowBytes + (g % 4) * 32), desc_advance(v0, offset),
+                 kFresh && g == 0 ? 0 : 1);
+      } else {
+        wgmma_pv(acc, p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3], desc_advance(v0, offset),
+                 kFresh && g == 0 ? 0 : 1);
+      }
     }
     wgmma_commit();
   }
@@ -672,6 +684,45 @@ struct Mainloop {
 #pragma unroll
       for (int i = 0; i < kPRegs; ++i) p[i] = pack_half2<Cfg::kIsBf16>(s[2 * i], s[2 * i + 1]);
     }
+  }
+
+  /// p_in_smem: P (S accumulator layout) packed to 16 bits into consumer warpgroup wg's P tile, the A operand of
+  /// P.V: 64 rows x block_n keys, K-major in column blocks of 64 rows x 128 bytes with the 128-byte swizzle (16-byte
+  /// chunk c of row r at chunk c ^ (r % 8): the layout TMA gives Q). One stmatrix.x4 per k16 step: the thread's four
+  /// registers of the step are the 8x8 matrices (row half, column half) = (0, 0), (1, 0), (0, 1), (1, 1), whose rows
+  /// lanes 8i..8i+7 address (hopper/fragment.cuh, hopper/smem_matrix.cuh). Each warp writes the 16 rows whose
+  /// products it accumulates and reads in P.V, so the fence for the async proxy and a __syncwarp order the writes
+  /// before the warp's P.V (FA3 likewise); the caller has waited for the P.V that read the tile before.
+  static __device__ __forceinline__ void stage_p(const float (&s)[ScoreFrag::kRegs], const Smem& sm, int wg) {
+    const int lane = threadIdx.x % 32;
+    const int row = ((threadIdx.x / 32) % 4) * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+    const uint32_t row_addr = sm.p(wg) + row * kRowBytes;
+#pragma unroll
+    for (int g = 0; g < kPvSteps; ++g) {
+      const uint32_t chunk = 2 * (g % 4) + lane / 16;
+      const float* x = s + 8 * g;
+      stmatrix_x4(row_addr + (g / 4) * 64 * kRowBytes + ((chunk ^ (row % 8)) << 4),
+                  pack_half2<Cfg::kIsBf16>(x[0], x[1]), pack_half2<Cfg::kIsBf16>(x[2], x[3]),
+                  pack_half2<Cfg::kIsBf16>(x[4], x[5]), pack_half2<Cfg::kIsBf16>(x[6], x[7]));
+    }
+    fence_proxy_async_smem();
+    __syncwarp();
+  }
+
+  /// P of a softmaxed score block to where its P.V reads it: the registers p, or consumer warpgroup wg's P tile.
+  static __device__ __forceinline__ void pack_p(const float (&s)[ScoreFrag::kRegs], uint32_t (&p)[kPHeld],
+                                                const Smem& sm, int wg) {
+    if constexpr (Cfg::kPInSmem) {
+      stage_p(s, sm, wg);
+    } else {
+      convert_p(s, p);
+    }
+  }
+
+  /// Keeps the compiler from moving P's registers across the wgmma issue and wait that read them (none to keep with
+  /// p_in_smem).
+  static __device__ __forceinline__ void fence_p(uint32_t (&p)[kPHeld]) {
+    if constexpr (!Cfg::kPInSmem) fence_operands(p);
   }
 
   /// Two-level accumulation: o[chunk] = (o[chunk] + acc) * o_scale, row half by row half (o_scale 1: a plain add).
@@ -775,26 +826,26 @@ struct Mainloop {
 
   /// O += P.V of one V stage, waited: straight into O, or with two-level accumulation chunk by chunk through the
   /// fresh accumulator (o_scale already applied to O).
-  static __device__ __forceinline__ void pv_waited(float (&o)[OutFrag::kRegs], uint32_t (&p)[kPRegs], const Smem& sm,
-                                                   int stage) {
+  static __device__ __forceinline__ void pv_waited(float (&o)[OutFrag::kRegs], uint32_t (&p)[kPHeld], const Smem& sm,
+                                                   int wg, int stage) {
     if constexpr (Cfg::kTwoLevelAccum) {
       const float one[2] = {1.f, 1.f};
 #pragma unroll
       for (int chunk = 0; chunk < kPvChunks; ++chunk) {
         float acc[kAccRegs];
         wgmma_fence();
-        issue_pv<true>(acc, p, sm, stage, chunk);
+        issue_pv<true>(acc, p, sm, wg, stage, chunk);
         wgmma_wait<0>();
         fence_operands(acc);
         add_chunk(o, acc, chunk, one);
       }
     } else {
       wgmma_fence();
-      issue_pv<false>(o, p, sm, stage);
+      issue_pv<false>(o, p, sm, wg, stage);
       wgmma_wait<0>();
       fence_operands(o);
     }
-    fence_operands(p);
+    fence_p(p);
   }
 
   /// Per block: S = Q.K^T, wait, softmax, O += P.V, wait (FA2 order; GEMMs and softmax serialised
@@ -806,21 +857,21 @@ struct Mainloop {
     int n_block = w.range.n_block_max - 1;
     if constexpr (!Cfg::kMaskFreeLoop) {  // one copy of the body: every block checks whether it needs the mask
       for (; n_block >= w.range.n_block_min; --n_block)
-        sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+        sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe);
     } else if constexpr (!Variant::kLocal) {  // masked blocks, then mask-free ones
       for (; n_block >= max(w.first_masked, w.range.n_block_min); --n_block)
-        sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+        sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe);
       for (; n_block >= w.range.n_block_min; --n_block)
-        sequential_step<false>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+        sequential_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe);
     } else {
       // A sliding window: a second round runs the blocks left of the window of the tile's last query through the
       // same masked code (one copy of it: a second one made ptxas spill).
       int masked_min = max(w.first_masked, w.range.n_block_min);
       for (;;) {
         for (; n_block >= masked_min; --n_block)
-          sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+          sequential_step<true>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe);
         for (; n_block >= max(w.unmasked_min, w.range.n_block_min); --n_block)
-          sequential_step<false>(sm, w, descale, o, softmax, query, q_rows, n_block, pipe);
+          sequential_step<false>(sm, w, descale, o, softmax, query, q_rows, wg, n_block, pipe);
         if (n_block < w.range.n_block_min) break;
         masked_min = w.range.n_block_min;
       }
@@ -831,7 +882,7 @@ struct Mainloop {
   static __device__ __forceinline__ void sequential_step(const Smem& sm, const TileWork& w,
                                                          const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
                                                          Softmax& softmax, const int (&query)[2], uint32_t q_rows,
-                                                         int n_block, PipelineState<Cfg::kStages>& pipe) {
+                                                         int wg, int n_block, PipelineState<Cfg::kStages>& pipe) {
     const int lane = threadIdx.x % 32;
     float s[ScoreFrag::kRegs];
     mbarrier_wait(sm.k_full(pipe.stage), pipe.phase);
@@ -845,11 +896,11 @@ struct Mainloop {
     float o_scale[2];
     softmax_step<kMaybeMasked>(s, n_block, w, query, descale, softmax, o_scale);
     rescale_o(o, o_scale);
-    uint32_t p[kPRegs];
-    convert_p(s, p);
+    uint32_t p[kPHeld];
+    pack_p(s, p, sm, wg);
 
     mbarrier_wait(sm.v_full(pipe.stage), pipe.phase);
-    pv_waited(o, p, sm, pipe.stage);
+    pv_waited(o, p, sm, wg, pipe.stage);
     release(sm.v_empty(pipe.stage));
     pipe.advance();
   }
@@ -867,7 +918,7 @@ struct Mainloop {
                                                             int wg, PipelineState<Cfg::kStages>& pipe) {
     static_assert(!Cfg::kTwoLevelAccum || kPvChunks == 1, "the overlapped schedule takes P.V in one pass");
     const int lane = threadIdx.x % 32;
-    uint32_t p[kPRegs];
+    uint32_t p[kPHeld];
     float acc[kAccRegs];
     float o_pending[2] = {1.f, 1.f};  // kRescaleOBeforePv: O's factor not applied yet (none after the first block)
     PipelineState<Cfg::kStages> v_pipe = pipe;  // V of the block whose P is pending
@@ -894,7 +945,7 @@ struct Mainloop {
         release_q(sm, w.range.n_block_max - 1, w, lane);
         float o_scale[2];
         softmax_step<true>(s, w.range.n_block_max - 1, w, query, descale, softmax, o_scale);
-        convert_p(s, p);
+        pack_p(s, p, sm, wg);
       }
       v_pipe = pipe;
       pipe.advance();
@@ -932,13 +983,13 @@ struct Mainloop {
     }
     wgmma_fence();
     if constexpr (Cfg::kTwoLevelAccum) {
-      issue_pv<true>(acc, p, sm, v_pipe.stage);
+      issue_pv<true>(acc, p, sm, wg, v_pipe.stage);
     } else {
-      issue_pv<false>(o, p, sm, v_pipe.stage);
+      issue_pv<false>(o, p, sm, wg, v_pipe.stage);
     }
     gemm_turn_end(wg);
     wgmma_wait<0>();
-    fence_operands(p);
+    fence_p(p);
     release(sm.v_empty(v_pipe.stage));
     if constexpr (Cfg::kTwoLevelAccum) {
       fence_operands(acc);
@@ -957,7 +1008,7 @@ struct Mainloop {
                                                          const Descale<Cfg>& descale, float (&o)[OutFrag::kRegs],
                                                          Softmax& softmax, const int (&query)[2], uint32_t q_rows, int wg,
                                                          int n_block, PipelineState<Cfg::kStages>& pipe,
-                                                         PipelineState<Cfg::kStages>& v_pipe, uint32_t (&p)[kPRegs],
+                                                         PipelineState<Cfg::kStages>& v_pipe, uint32_t (&p)[kPHeld],
                                                          float (&acc)[kAccRegs], float (&o_pending)[2]) {
     const int lane = threadIdx.x % 32;
     const bool first = kMaybeFirst && n_block == w.range.n_block_max - 1;
@@ -983,9 +1034,9 @@ struct Mainloop {
     } else {
       wgmma_fence();
       if constexpr (Cfg::kTwoLevelAccum) {
-        issue_pv<true>(acc, p, sm, v_pipe.stage);
+        issue_pv<true>(acc, p, sm, wg, v_pipe.stage);
       } else {
-        issue_pv<false>(o, p, sm, v_pipe.stage);
+        issue_pv<false>(o, p, sm, wg, v_pipe.stage);
       }
     }
     gemm_turn_end(wg);
@@ -996,7 +1047,7 @@ struct Mainloop {
     float o_scale[2];
     softmax_step<kMaybeMasked, Cfg::kSoftmaxInMaskArms>(s, n_block, w, query, descale, softmax, o_scale);
     wgmma_wait<0>();
-    fence_operands(p);
+    fence_p(p);
     if (!first) release(sm.v_empty(v_pipe.stage));
     if constexpr (Cfg::kTwoLevelAccum) {
       fence_operands(acc);
@@ -1009,7 +1060,7 @@ struct Mainloop {
       fence_operands(o);
       rescale_o(o, o_scale);
     }
-    convert_p(s, p);
+    pack_p(s, p, sm, wg);
     v_pipe = pipe;
     pipe.advance();
   }

@@ -8,6 +8,7 @@
 //   K[s]     : block_n x head_dim, per stage
 //   V[s]     : block_n x head_dim_v, per stage; e4m3: head_dim_v x block_n (transposed, K-major; params.h VStage)
 //              (persistent grid: the O staging tile, with an O tail after the V stages)
+//   P        : p_in_smem only: per consumer warpgroup 64 x block_n probabilities, K-major like Q (P.V's A operand)
 //   barriers : q_full, k_full[s], k_empty[s], v_full[s], v_empty[s] (+ v_load_full[s], v_load_empty[s], else
 //              v_tail)
 //              (+ q_empty, o_empty, tile_full[2], tile_empty[2], tile slots: persistent grid)
@@ -26,7 +27,8 @@ struct SmemLayout {
   static constexpr bool kVDMajor = Cfg::kVStage == kVStageDMajor;
   static_assert((Cfg::kElemBytes == 1) == (Cfg::kVStage != kVStageMnMajor), "a K-major V stage for e4m3 only");
   static constexpr SmemPlan kPlan = smem_plan(Cfg::kBlockM, Cfg::kBlockN, Cfg::kHeadDim, Cfg::kHeadDimV, Cfg::kStages,
-                                              Cfg::kElemBytes, Cfg::kOutElemBytes, Cfg::kVStage, Cfg::kPersistent);
+                                              Cfg::kElemBytes, Cfg::kOutElemBytes, Cfg::kVStage, Cfg::kPersistent,
+                                              Cfg::kPInSmem);
   static constexpr int kQBytes = kPlan.q_bytes;
   static constexpr int kKStageBytes = kPlan.k_stage_bytes;
   static constexpr int kVStageBytes = kPlan.v_stage_bytes;
@@ -37,7 +39,7 @@ struct SmemLayout {
   static constexpr int kBarrierOffset = kPlan.barrier_offset;
   static constexpr int kNumBarriers = kPlan.num_barriers;
   static_assert(kQBytes % 1024 == 0 && kKStageBytes % 1024 == 0 && kVStageBytes % 1024 == 0 &&
-                    kVLoadStageBytes % 1024 == 0,
+                    kVLoadStageBytes % 1024 == 0 && kPlan.p_bytes % 1024 == 0,
                 "tiles must keep 1024-byte alignment");
   static_assert(kPlan.o_bytes <= kPlan.o_staging_bytes, "the output must fit its staging area");
   static_assert(8 * kNumBarriers <= kBarrierAreaBytes, "the barriers must fit their area");
@@ -54,6 +56,10 @@ struct SmemLayout {
   /// The epilogue's output tile: from the start of Q over Q, the V load stages and the O tail, or on a persistent
   /// grid from the start of the V stages over them and the O tail (params.h: smem_plan).
   __device__ __forceinline__ uint32_t o() const { return base + kPlan.o_offset; }
+  /// p_in_smem: consumer warpgroup wg's 64 rows of P (column blocks of 64 rows x 128 bytes, 128-byte swizzled).
+  __device__ __forceinline__ uint32_t p(int wg) const {
+    return base + kPlan.p_offset + wg * (kPlan.p_bytes / Cfg::kConsumerWarpgroups);
+  }
   __device__ __forceinline__ uint32_t q_full() const { return base + kBarrierOffset; }
   __device__ __forceinline__ uint32_t k_full(int stage) const { return base + kBarrierOffset + 8 * (1 + stage); }
   __device__ __forceinline__ uint32_t k_empty(int stage) const {

@@ -175,22 +175,30 @@ TEST_CASE("the host's shared-memory plan is the one the kernel checks", "[genera
                            R"({"dtype":"bf16","head_dim":256,"causal":true})", R"({"dtype":"e4m3","head_dim":128})",
                            R"({"dtype":"e4m3","head_dim":256,"causal":true})",
                            R"({"dtype":"bf16","head_dim":128,"persistent":true})",
-                           R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major","persistent":true})"}) {
+                           R"({"dtype":"e4m3","head_dim":64,"v_layout":"d_major","persistent":true})",
+                           R"({"dtype":"bf16","head_dim":96,"tile":{"block_m":192,"block_n":128},"p_in_smem":true})",
+                           R"({"dtype":"fp16","head_dim":64,"tile":{"block_m":192,"block_n":192},"p_in_smem":true,)"
+                           R"("persistent":true})"}) {
     INFO(json);
     const KernelConfig cfg = make_kernel_config(parse_spec(std::string(json)));
     const bool fp8 = cfg.spec.dtype == DType::kE4m3;
     const SmemPlan p = smem_plan(cfg.spec.block_m, cfg.spec.block_n, cfg.spec.head_dim, cfg.spec.head_dim_v,
-                                 cfg.spec.stages, fp8 ? 1 : 2, 2, cfg.v_stage, cfg.spec.persistent);
+                                 cfg.spec.stages, fp8 ? 1 : 2, 2, cfg.v_stage, cfg.spec.persistent,
+                                 cfg.spec.p_in_smem);
     CHECK(cfg.smem_bytes == p.launch_bytes);
     CHECK(p.launch_bytes == p.q_bytes + cfg.spec.stages * (p.k_stage_bytes + p.v_stage_bytes + p.v_load_stage_bytes) +
-                                p.o_tail_bytes + 1024 + 256);
+                                p.o_tail_bytes + p.p_bytes + 1024 + 256);
+    // P (p_in_smem): block_m rows of block_n 16-bit keys in whole 128-byte rows, its own area before the barriers.
+    CHECK(p.p_bytes == (cfg.spec.p_in_smem ? cfg.spec.block_m * ((cfg.spec.block_n * 2 + 127) / 128 * 128) : 0));
+    CHECK(p.barrier_offset == p.p_offset + p.p_bytes);
+    CHECK(p.p_offset % 1024 == 0);
     CHECK(p.o_bytes <= p.o_staging_bytes);
     // One tile per CTA: O over Q (and the V load stages); persistent: over the V stages (and a tail after them), so
     // that the next tile's Q can load while O is stored.
     CHECK(p.o_offset == (cfg.spec.persistent ? p.v_offset : p.q_offset));
     if (cfg.spec.persistent) {
       CHECK(p.o_staging_bytes == cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
-      CHECK(p.barrier_offset == p.v_offset + cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
+      CHECK(p.p_offset == p.v_offset + cfg.spec.stages * p.v_stage_bytes + p.o_tail_bytes);
       // v_tail (no V load stages here), then q_empty, o_empty, the tile slots.
       CHECK(p.num_barriers == 1 + 4 * cfg.spec.stages + 1 + kPersistentBarriers);
     }

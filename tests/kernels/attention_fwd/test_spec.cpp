@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -374,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"fp16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"fp16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -919,6 +919,40 @@ TEST_CASE("l2_evict_hints: its own kernel, a bool, on in the table but for decod
   CHECK(parse(R"({"dtype": "bf16", "head_dim": 128, "split_kv": true, "l2_evict_hints": true})").l2_evict_hints);
   CHECK(af::default_tile(DType::kE4m3, 256, 256, true).l2_evict_hints);
   CHECK_FALSE(af::decode_tile(DType::kBf16, 128, 128).l2_evict_hints);
+}
+
+TEST_CASE("p_in_smem: its own kernel, 16-bit only, off in the table, and the tiles it lets fit", "[spec]") {
+  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 64, "p_in_smem": true})");
+  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 64})");
+  check_knob_kernel(on, off, &Spec::p_in_smem, "p-smem", "kPInSmem");
+  // P.V reads A by descriptor: the generated wgmma takes two descriptors instead of four A registers.
+  const std::string code = af::emit_kernel(af::make_kernel_config(on)).code;
+  CHECK(code.find("void wgmma_pv(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d)") != std::string::npos);
+  CHECK(af::emit_kernel(af::make_kernel_config(off)).code.find("void wgmma_pv(float (&d)[32], uint32_t a0") !=
+        std::string::npos);
+  // Its registers and shared memory: block_n / 4 registers fewer per consumer thread, block_m x block_n x 2 bytes.
+  const af::KernelConfig c_on = af::make_kernel_config(on), c_off = af::make_kernel_config(off);
+  CHECK(c_off.estimated_consumer_registers - c_on.estimated_consumer_registers == on.block_n / 4);
+  CHECK(c_on.smem_bytes - c_off.smem_bytes == on.block_m * on.block_n * 2);
+  // The tiles P in registers does not fit: d64 192x192 and d96 192x128 (160 registers per consumer of 3).
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_n": 192}})"),
+                    Contains("registers per consumer thread"));
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 64, "tile": {"block_n": 192}, "p_in_smem": true})").p_in_smem);
+  CHECK_THROWS_WITH(parse(R"({"dtype": "fp16", "head_dim": 96, "tile": {"block_n": 128}})"),
+                    Contains("registers per consumer thread"));
+  CHECK(parse(R"({"dtype": "fp16", "head_dim": 96, "tile": {"block_n": 128}, "p_in_smem": true})").p_in_smem);
+  // Its shared memory counts: d96 192x144 (rows padded to 256 bytes) does not fit even so.
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 96, "tile": {"block_n": 144}, "p_in_smem": true})"),
+                    Contains("bytes of shared memory"));
+  // e4m3 is refused by name; no table row takes it (measured slower: bench/NOTES.md, 2026-12-07).
+  CHECK_THROWS_WITH(parse(R"({"dtype": "e4m3", "head_dim": 128, "p_in_smem": true})"),
+                    Contains("\"p_in_smem\": true is not allowed with dtype \"e4m3\""));
+  CHECK_THROWS_WITH(parse(R"({"dtype": "bf16", "head_dim": 128, "p_in_smem": "yes"})"), Contains("p_in_smem"));
+  for (int d : {64, 96, 128, 192, 256})
+    for (bool causal : {false, true}) CHECK_FALSE(af::default_tile(DType::kBf16, d, d, causal).p_in_smem);
+  af::Spec built = af::default_spec(DType::kE4m3, 128, 128, false);
+  built.p_in_smem = true;
+  CHECK_THROWS_WITH(af::make_kernel_config(built), Contains("p_in_smem"));
 }
 
 TEST_CASE("softmax_in_mask_arms: its own kernel, the table's rows and the loops it refuses", "[spec]") {
