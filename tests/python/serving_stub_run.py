@@ -384,13 +384,27 @@ def cold_then_warm(function, name, args, kwargs):
     return warm
 
 
+cold_fields = {}
 for name, args, kwargs in warm_cases:
     warm = cold_then_warm(fa3jit.flash_attn_with_kvcache, name, args, kwargs)
+    cold_fields[name] = pointer_free(warm)
     assert warm.q.data == qd.data_ptr() and warm.k.data == args[1].data_ptr(), name
     if len(args) > 3 and type(args[3]) is Tensor:
         assert warm.seqused_k == cs_tensor.data_ptr(), name
     if len(args) > 4:
         assert warm.page_table == table.data_ptr(), name
+# Warm calls of different plans one after another: each writes its plan's image over the other's fields (and a
+# call that needs no workspace leaves none of an earlier call's), so each hands the library its cold call's fields.
+for _ in range(2):
+    for name, args, kwargs in warm_cases:
+        fa3jit.flash_attn_with_kvcache(*args, **kwargs)
+        assert pointer_free(last_call()) == cold_fields[name], f"{name}: fields after another plan's call"
+        assert last_call().q.data == qd.data_ptr(), name
+# softmax_scale is each call's own on a warm call.
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor, num_splits=1, softmax_scale=0.25)
+assert last_call().softmax_scale == 0.25
+fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor, num_splits=1)
+assert last_call().softmax_scale == 0.0
 # flash_attn_varlen_func the same; max_seqlen_q / max_seqlen_k are each call's own (checked in each).
 varlen_warm_cases = [
     ("packed k/v", (q, k, v, cu_q, cu_k, 239, 400), dict(causal=True, return_lse=True)),

@@ -286,6 +286,17 @@ if PARAMS_CALL_OFFSET + PARAMS_FP8_CALL_STRUCT.size != ForwardParams.cu_seqlens_
 PARAMS_SERVING_CALL_STRUCT = struct.Struct(PARAMS_FP8_CALL_STRUCT.format + " P q P q P P 4q i i 2q f P")
 if PARAMS_CALL_OFFSET + PARAMS_SERVING_CALL_STRUCT.size != ForwardParams.sinks.offset + ctypes.sizeof(ctypes.c_void_p):
     raise ImportError("fa3jit: PARAMS_SERVING_CALL_STRUCT does not cover ForwardParams.dtype .. sinks")
+# A serving call of a kept plan (fa3jit.serving: _run_planned) writes an image of the call's fields once and then, per
+# call, only what moves: the four tensors (pointer and strides) through lse and softmax_scale at PARAMS_TENSORS_OFFSET,
+# and the index fields cu_seqlens_q through page_table (pointers and max_seqlen_*) at PARAMS_INDEX_OFFSET.
+PARAMS_TENSORS_STRUCT = struct.Struct("@" + "P3q " * 4 + "P f")
+PARAMS_TENSORS_OFFSET = ForwardParams.q.offset
+if PARAMS_TENSORS_OFFSET + PARAMS_TENSORS_STRUCT.size != ForwardParams.softmax_scale.offset + 4:
+    raise ImportError("fa3jit: PARAMS_TENSORS_STRUCT does not cover ForwardParams.q .. softmax_scale")
+PARAMS_INDEX_STRUCT = struct.Struct("@P q P q P P")
+PARAMS_INDEX_OFFSET = ForwardParams.cu_seqlens_q.offset
+if PARAMS_INDEX_OFFSET + PARAMS_INDEX_STRUCT.size != ForwardParams.page_table_stride.offset:
+    raise ImportError("fa3jit: PARAMS_INDEX_STRUCT does not cover ForwardParams.cu_seqlens_q .. page_table")
 WORKSPACE_STRUCT = struct.Struct("@P N")
 WORKSPACE_OFFSET = ForwardParams.workspace.offset
 if WORKSPACE_OFFSET + WORKSPACE_STRUCT.size != ForwardParams.out_dtype.offset:

@@ -31,6 +31,11 @@ from . import attention as _attention
 
 _pack_params = _capi.PARAMS_SERVING_CALL_STRUCT.pack_into
 _pack_workspace = _capi.WORKSPACE_STRUCT.pack_into
+_pack_tensors = _capi.PARAMS_TENSORS_STRUCT.pack_into
+_pack_index = _capi.PARAMS_INDEX_STRUCT.pack_into
+_TENSORS_OFFSET = _capi.PARAMS_TENSORS_OFFSET
+_INDEX_OFFSET = _capi.PARAMS_INDEX_OFFSET
+_IMAGE_END = _capi.PARAMS_CALL_OFFSET + _capi.PARAMS_SERVING_CALL_STRUCT.size
 _FLOAT32_MAX = _attention._FLOAT32_MAX
 _PARAMS_OFFSET = _capi.PARAMS_CALL_OFFSET
 _WORKSPACE_OFFSET = _capi.WORKSPACE_OFFSET
@@ -433,12 +438,13 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
          seqlen_q: int, num_heads: int, head_dim: int, cu_seqlens_q: Any, max_seqlen_q: int, max_seqlen_k: int,
          softmax_scale: Optional[float], causal: bool, num_splits: int, pack_gqa: int, out: Any,
          return_lse: bool, variant: _Variant, device: int, q_shape: Any, out_dtype: Any = None,
-         fp8_fields: Tuple[Any, ...] = _NO_FP8, index_tensors: Optional[Tuple[Any, Any, Any]] = None) -> Any:
+         fp8_fields: Tuple[Any, ...] = _NO_FP8, index_tensors: Optional[Tuple[Any, Any, Any]] = None,
+         plan: Optional[_Plan] = None) -> Any:
     """Allocates or checks out, allocates lse, the workspace when the call splits, and launches; q's shape is
     q_shape, (total_q, ...) when varlen_q, else (batch, seqlen_q, ...); q_stride is q.stride(); device is q's
     (_check_devices). out_dtype: None = q's (16-bit calls); e4m3 calls give it with their fp8_fields (_fp8_fields).
     index_tensors: the call's (cu_seqlens_k, seqused_k, page_table) where kv is a kept plan's (whose own are None);
-    None = kv's."""
+    None = kv's. plan: the call's kept plan, whose image (_Plan) the first call that packs its fields fills."""
     torch = _attention._torch
     if out_dtype is None:
         out_dtype = q.dtype
@@ -499,6 +505,47 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
         _capi.ForwardParams.check_fields(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_splits=num_splits,
                                          window_left=variant.window_left, window_right=variant.window_right)
         raise
+    # The struct now holds this call's fields, no plan's image (_run_planned).
+    _local.image = None
+    if plan is not None and plan.image is None:
+        plan.strides = (*q_strides, *kv.k_strides, *kv.v_strides, *o_strides)
+        plan.image = ctypes.string_at(address + _PARAMS_OFFSET, _IMAGE_END - _PARAMS_OFFSET)
+    _launch(q, params, address, size, size_ref, workspaces, device, num_splits, causal)
+    return result
+
+
+def _run_planned(plan: _Plan, q: Any, k: Any, v: Any, out: Any, softmax_scale: Optional[float], cu_seqlens_q: Any,
+                 max_seqlen_q: int, cu_seqlens_k: Any, max_seqlen_k: int, seqused_k: Any, page_table: Any,
+                 causal: bool) -> Any:
+    """_run for a warm call of a kept plan whose image is filled, without lse: out allocated as _run does (or the
+    call's, which its signature has checked), the image copied into this thread's struct when another call's fields
+    are there, then the call's tensors, index tensors, max_seqlen_* and softmax_scale packed over it, and the launch.
+    Returns out."""
+    try:
+        params, address, size, size_ref, workspaces = _local.params
+    except AttributeError:
+        params, address, size, size_ref, workspaces = _thread_params()
+    if out is None:
+        out = q.new_empty(plan.out_shape)
+    scale = 0.0 if softmax_scale is None else _attention._checked_scale(softmax_scale)
+    image = plan.image
+    if getattr(_local, "image", None) is not image:
+        ctypes.memmove(address + _PARAMS_OFFSET, image, len(image))
+        _local.image = image
+    qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2, os0, os1, os2 = plan.strides
+    _pack_tensors(params, _TENSORS_OFFSET, q.data_ptr(), qs0, qs1, qs2, k.data_ptr(), ks0, ks1, ks2, v.data_ptr(),
+                  vs0, vs1, vs2, out.data_ptr(), os0, os1, os2, 0, scale)
+    _pack_index(params, _INDEX_OFFSET, _ptr(cu_seqlens_q), max_seqlen_q, _ptr(cu_seqlens_k), max_seqlen_k,
+                _ptr(seqused_k), _ptr(page_table))
+    _launch(q, params, address, size, size_ref, workspaces, plan.device, plan.splits, causal)
+    return out
+
+
+def _launch(q: Any, params: Any, address: int, size: Any, size_ref: Any, workspaces: dict, device: int,
+            num_splits: int, causal: bool) -> None:
+    """Launches the call packed at `address` on torch's current stream of `device`, with this thread's workspace of
+    that stream when the call may need one (a split's partials, a dense causal call's tile counter)."""
+    torch = _attention._torch
     runtime_handle = _attention._runtime_handle or _attention._bind_runtime()
     switch = _attention._current_device is not None and _attention._current_device() != device
     context = torch.cuda.device(device) if switch else None
@@ -519,6 +566,8 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
                     workspace = _workspace(q, workspaces, device, stream, nbytes)
             if workspace is not None:
                 _pack_workspace(params, _WORKSPACE_OFFSET, workspace[1], workspace[2])
+            else:  # none needed: no earlier call's (a kept plan's image is not rewritten per call)
+                _pack_workspace(params, _WORKSPACE_OFFSET, 0, 0)
         status = _attention._attention_forward(runtime_handle, None, address, stream)
         if status and unasked is not None:
             # Refused with the kept workspace: only if the call needs more is the size asked worth a second try.
@@ -537,7 +586,6 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
             context.__exit__(None, None, None)
     if status:
         raise _capi.error_for(status, "fa3jit_attention_forward")
-    return result
 
 
 def _workspace_size(runtime_handle: int, address: int, size: Any, size_ref: Any) -> int:
@@ -642,10 +690,14 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
             if plan is not None:
                 kv = plan.kv
                 max_q, max_k = _varlen_maxima(cu_seqlens_q, max_seqlen_q, max_seqlen_k, cu_seqlens_k, kv.capacity)
+                if plan.image is not None and max_q != 0 and not (return_lse or return_attn_probs):
+                    return _run_planned(plan, q, k, v, out, softmax_scale, cu_seqlens_q, max_q, cu_seqlens_k, max_k,
+                                        seqused_k, page_table, causal)
                 return _run(q, plan.q_stride, k, v, kv, plan.dtype_code, True, plan.batch, plan.seqlen_q,
                             plan.num_heads, plan.head_dim, cu_seqlens_q, max_q, max_k, softmax_scale, causal,
                             plan.splits, plan.packing, out, return_lse or return_attn_probs, plan.variant,
-                            plan.device, plan.q_shape, index_tensors=(cu_seqlens_k, seqused_k, page_table))
+                            plan.device, plan.q_shape, index_tensors=(cu_seqlens_k, seqused_k, page_table),
+                            plan=plan)
     q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
     dtype_code, quantize_q = _dtype_code(q, k, v, ("k", "v"))
     fp8 = dtype_code == _capi.DTYPE_E4M3
@@ -672,9 +724,10 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     if scheduler_metadata is not None:
         splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
     device = _check_devices(q, _VARLEN_DEVICE_NAMES, k, v, cu_q, kv.cu_seqlens_k, kv.seqused_k, kv.page_table, out)
+    plan = None
     if signature is not None and not fp8:
-        _keep_plan(signature, kv, dtype_code, batch, total_q, num_heads, head_dim, q_shape, q_stride, None, splits,
-                   packing, variant, device)
+        plan = _keep_plan(signature, kv, dtype_code, batch, total_q, num_heads, head_dim, q_shape, q_stride, None,
+                          splits, packing, variant, device)
     out_dtype, fp8_fields = None, _NO_FP8
     if fp8:
         q, q_stride, out_dtype, fp8_fields = _fp8_call(q, q_stride, quantize_q, (q_descale, k_descale, v_descale),
@@ -682,7 +735,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     max_q, max_k = _varlen_maxima(cu_q, max_seqlen_q, max_seqlen_k, kv.cu_seqlens_k, kv.capacity)
     return _run(q, q_stride, k, v, kv, dtype_code, True, batch, total_q, num_heads, head_dim, cu_q, max_q, max_k,
                 softmax_scale, causal, splits, packing, out, return_lse or return_attn_probs, variant, device, q_shape,
-                out_dtype, fp8_fields)
+                out_dtype, fp8_fields, plan=plan)
 
 
 # ---- warm calls: the checks before the device kept per call signature -----------------------------------------
@@ -692,9 +745,15 @@ class _Plan:
     tensors' dtypes, shapes, strides and devices and its plain arguments: _signature): _run's arguments but the
     call's tensors. kv's tensor fields (cu_seqlens_k, seqused_k, page_table) are None: a warm call passes its own to
     _run (index_tensors), so the plan is never written after it is kept (a nested call of the same signature, from
-    an allocator hook say, cannot change an outer one's). seqlen_q is total_q for a varlen call; fill_seqlens: flash_attn_with_kvcache's cache length as a number."""
+    an allocator hook say, cannot change an outer one's). seqlen_q is total_q for a varlen call; fill_seqlens:
+    flash_attn_with_kvcache's cache length as a number. image and strides are the one exception, written once, by the
+    first _run of the plan that packs a call (None until then: a call with nothing to compute returns first): the bytes
+    of fa3jit_forward_params from dtype through sinks as that call packed them, and the three strides each of q, k, v
+    and out packed there. Every call of the signature packs the same bytes but for the addresses of its tensors and
+    index tensors, max_seqlen_*, softmax_scale and lse, which _run_planned packs over the image per call (a nested
+    call that fills the image first fills it with the same bytes). out_shape: the out a call allocates."""
     __slots__ = ("kv", "dtype_code", "batch", "seqlen_q", "num_heads", "head_dim", "q_shape", "q_stride",
-                 "fill_seqlens", "splits", "packing", "variant", "device")
+                 "fill_seqlens", "splits", "packing", "variant", "device", "image", "strides", "out_shape")
 
 
 _PLANS_MAX = 256  # signatures kept per thread; past it the thread's plans are dropped and rebuilt as calls come
@@ -761,8 +820,8 @@ def _thread_plans() -> dict:
 
 def _keep_plan(signature: Any, kv: _KV, dtype_code: int, batch: int, seqlen_q: int, num_heads: int, head_dim: int,
                q_shape: Any, q_stride: Tuple[int, ...], fill_seqlens: Optional[int], splits: int, packing: int,
-               variant: _Variant, device: int) -> None:
-    """Keeps a checked call's plan for its signature (this thread's), kv copied without its tensors."""
+               variant: _Variant, device: int) -> _Plan:
+    """Keeps a checked call's plan for its signature (this thread's), kv copied without its tensors; returns it."""
     plans = _thread_plans()
     if len(plans) >= _PLANS_MAX:
         plans.clear()
@@ -774,7 +833,10 @@ def _keep_plan(signature: Any, kv: _KV, dtype_code: int, batch: int, seqlen_q: i
     plan.kv, plan.dtype_code, plan.batch, plan.seqlen_q, plan.num_heads = kept, dtype_code, batch, seqlen_q, num_heads
     plan.head_dim, plan.q_shape, plan.q_stride, plan.fill_seqlens = head_dim, q_shape, q_stride, fill_seqlens
     plan.splits, plan.packing, plan.variant, plan.device = splits, packing, variant, device
+    plan.image = plan.strides = None
+    plan.out_shape = (*q_shape[:-1], kv.head_dim_v)
     plans[signature] = plan
+    return plan
 
 
 def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Union[int, Any, None] = None,
@@ -850,10 +912,13 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
                     used = cache_seqlens
                 else:
                     used = torch.full((plan.batch,), plan.fill_seqlens, dtype=torch.int32, device=q.device)
+                if plan.image is not None and not (return_lse or return_softmax_lse):
+                    return _run_planned(plan, q, k_cache, v_cache, out, softmax_scale, None, plan.seqlen_q, None,
+                                        plan.kv.capacity, used, page_table, causal)
                 return _run(q, plan.q_stride, k_cache, v_cache, plan.kv, plan.dtype_code, False, plan.batch,
                             plan.seqlen_q, plan.num_heads, plan.head_dim, None, plan.seqlen_q, plan.kv.capacity,
                             softmax_scale, causal, plan.splits, plan.packing, out, return_lse or return_softmax_lse,
-                            plan.variant, plan.device, plan.q_shape, index_tensors=(None, used, page_table))
+                            plan.variant, plan.device, plan.q_shape, index_tensors=(None, used, page_table), plan=plan)
     q, k_cache, v_cache = _tensor(q, "q"), _tensor(k_cache, "k_cache"), _tensor(v_cache, "v_cache")
     dtype_code, quantize_q = _dtype_code(q, k_cache, v_cache, ("k_cache", "v_cache"))
     fp8 = dtype_code == _capi.DTYPE_E4M3
@@ -893,9 +958,10 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
     if scheduler_metadata is not None:
         splits, packing = _metadata_plan(scheduler_metadata, q, splits, packing)
     device = _check_devices(q, _KVCACHE_DEVICE_NAMES, k_cache, v_cache, cu_q, kv.seqused_k, kv.page_table, out)
+    plan = None
     if signature is not None and not fp8:
-        _keep_plan(signature, kv, dtype_code, batch, seqlen_q, num_heads, head_dim, q_shape, q_stride, fill_seqlens,
-                   splits, packing, variant, device)
+        plan = _keep_plan(signature, kv, dtype_code, batch, seqlen_q, num_heads, head_dim, q_shape, q_stride,
+                          fill_seqlens, splits, packing, variant, device)
     if fill_seqlens is not None:
         kv.seqused_k = torch.full((batch,), fill_seqlens, dtype=torch.int32, device=q.device)
     out_dtype, fp8_fields = None, _NO_FP8
@@ -908,7 +974,7 @@ def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: U
         max_q = seqlen_q
     return _run(q, q_stride, k_cache, v_cache, kv, dtype_code, varlen_q, batch, seqlen_q, num_heads, head_dim,
                 cu_q, max_q, kv.capacity, softmax_scale, causal, splits, packing, out,
-                return_lse or return_softmax_lse, variant, device, q_shape, out_dtype, fp8_fields)
+                return_lse or return_softmax_lse, variant, device, q_shape, out_dtype, fp8_fields, plan=plan)
 
 
 def get_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int, num_heads_q: int,
