@@ -64,12 +64,12 @@
 //                       those of Q evict_first (read once), FA3's hints (PTX ISA createpolicy, .L2::cache_hint;
 //                       hopper/tma.cuh: L2Hint); cp.async gather copies carry none; not in the table for split_kv
 //                       (a split reads Q again and its K/V range once); the outputs are the same bit for bit
-//   p_in_smem           bool, default from the tile table (tile_table.cpp: p_in_smem_row); 16-bit dtypes
+//   p_in_smem           bool, default false (no tile-table row takes it; tile_table.cpp says why); 16-bit dtypes
 //                       (p_in_smem_fits): each consumer warpgroup writes its probabilities P to shared memory
 //                       (stmatrix, 128-byte swizzle) and P.V reads both operands from there (FA3's MmaPV_is_RS
 //                       false), instead of holding P in registers as the A operand: block_n / 4 registers fewer per
-//                       consumer thread, so wider key blocks fit (FA3's d64 192x192 and d96 192x144), for
-//                       block_m x block_n x 2 bytes of shared memory and a warpgroup barrier per key block; the
+//                       consumer thread, so wider key blocks fit (FA3's d64 192x192; d96 192x128), for
+//                       block_m x block_n x 2 bytes of shared memory and the stores of P per key block; the
 //                       outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile

@@ -400,6 +400,12 @@ for _ in range(2):
         fa3jit.flash_attn_with_kvcache(*args, **kwargs)
         assert pointer_free(last_call()) == cold_fields[name], f"{name}: fields after another plan's call"
         assert last_call().q.data == qd.data_ptr(), name
+# A call whose pack fails part way (a num_splits no int32 holds) leaves zeros and some of its own fields in the thread's
+# struct: the next warm call must write its plan's whole image again, not only its tensors.
+name, args, kwargs = warm_cases[-1]
+expect(ValueError, ["num_splits"], kvcache, qd, kp, vp, cs_tensor, table, num_splits=2**31)
+fa3jit.flash_attn_with_kvcache(*args, **kwargs)
+assert pointer_free(last_call()) == cold_fields[name], "fields of a warm call after a failed pack"
 # softmax_scale is each call's own on a warm call.
 fa3jit.flash_attn_with_kvcache(qd, kc, vc, cs_tensor, num_splits=1, softmax_scale=0.25)
 assert last_call().softmax_scale == 0.25

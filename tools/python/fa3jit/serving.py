@@ -490,6 +490,9 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
     except AttributeError:
         params, address, size, size_ref, workspaces = _thread_params()
     cu_k, used, pages = (kv.cu_seqlens_k, kv.seqused_k, kv.page_table) if index_tensors is None else index_tensors
+    # From here the struct holds no plan's image (_run_planned), even if the pack fails part way: pack_into zeroes its
+    # whole range first and writes the fields in order, so a failed call leaves zeros and some of its own fields.
+    _local.image = None
     try:
         _pack_params(params, _PARAMS_OFFSET, dtype_code, 1 if causal else 0,
                      batch, seqlen_q, kv.seqlen_k, num_heads, kv.num_heads_kv, head_dim, kv.head_dim_v,
@@ -505,8 +508,6 @@ def _run(q: Any, q_stride: Tuple[int, ...], k: Any, v: Any, kv: _KV, dtype_code:
         _capi.ForwardParams.check_fields(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, num_splits=num_splits,
                                          window_left=variant.window_left, window_right=variant.window_right)
         raise
-    # The struct now holds this call's fields, no plan's image (_run_planned).
-    _local.image = None
     if plan is not None and plan.image is None:
         plan.strides = (*q_strides, *kv.k_strides, *kv.v_strides, *o_strides)
         plan.image = ctypes.string_at(address + _PARAMS_OFFSET, _IMAGE_END - _PARAMS_OFFSET)
