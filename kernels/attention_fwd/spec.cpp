@@ -398,7 +398,9 @@ Spec parse_spec(const json& doc) {
   reject_unknown_keys(doc, "",
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
-                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "p_in_smem", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv", "paged_gather", "pack_gqa",
+                       "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale",
+                       "l2_evict_hints", "p_in_smem", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv",
+                       "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));

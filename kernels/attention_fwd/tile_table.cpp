@@ -95,10 +95,10 @@ TileDefaults table_tile(DType dtype, int row, int row_v, bool causal) {
   }
 }
 
-// No row takes p_in_smem (spec.h; TileDefaults::p_in_smem stays false). Measured on an H100 in one process (bench_fwd.py
-// fa3jit_alt, 2k-16k, both masks; bench/NOTES.md, 2026-12-07): P through shared memory on the table's d64 192x128
-// 0.89-0.93; the tiles it lets fit, d64 192x192 0.96-1.02 (FA3's non-causal tile) and d96 192x128 0.92-0.96
-// non-causal, 1.00-1.02 causal.
+// No row takes p_in_smem (spec.h; TileDefaults::p_in_smem stays false). Measured on an H100 in one process
+// (bench_fwd.py fa3jit_alt, 2k-16k, both masks; bench/NOTES.md, 2026-12-07): P through shared memory on the table's
+// d64 192x128 0.89-0.93; the tiles it lets fit, d64 192x192 0.96-1.02 (FA3's non-causal tile) and d96 192x128
+// 0.92-0.96 non-causal, 1.00-1.02 causal.
 
 // The budget problems of a tile at (dtype, head_dim, head_dim_v) with the dtype's default output, in `layout` (its
 // register split; empty: it fits).
