@@ -609,19 +609,23 @@ struct Mainloop {
     mbarrier_arrive(sm.v_load_empty(pipe.stage));
   }
 
+  /// Byte offset of k-step kk (32 bytes of every row) in a K-major, 128-byte-swizzled operand of `rows` rows: Q, K and
+  /// P (p_in_smem). Four k-steps cover a 128-byte column block; the next column block starts rows * 128 bytes further.
+  static __device__ __forceinline__ constexpr uint32_t kstep_offset(int kk, int rows) {
+    return (kk / 4) * rows * kRowBytes + (kk % 4) * 32;
+  }
+
   /// S = Q.K^T for this warpgroup's 64 rows and K stage `stage` (issued, committed, not waited).
   static __device__ __forceinline__ void issue_qk(float (&s)[ScoreFrag::kRegs], uint32_t q_rows, const Smem& sm,
                                                   int stage) {
-    // A k-step reads 32 bytes of every row; four of them cover a 128-byte column block. The descriptors are stage 0's
-    // (loop-invariant) moved to the stage (one multiply-add) and by a constant per k-step (one add each).
+    // The descriptors are stage 0's (loop-invariant) moved to the stage (one multiply-add) and by a constant per k-step
+    // (one add each).
     const uint64_t q0 = make_smem_desc_sw128(q_rows, 16, 1024);
     const uint64_t k0 = desc_advance_16(make_smem_desc_sw128(sm.k(0), 16, 1024), stage * (Smem::kKStageBytes / 16));
 #pragma unroll
-    for (int kk = 0; kk < kQkSteps; ++kk) {
-      const uint32_t col = (kk / 4), off = (kk % 4) * 32;
-      wgmma_qk(s, desc_advance(q0, col * Cfg::kBlockM * kRowBytes + off),
-               desc_advance(k0, col * Cfg::kBlockN * kRowBytes + off), kk > 0 ? 1 : 0);
-    }
+    for (int kk = 0; kk < kQkSteps; ++kk)
+      wgmma_qk(s, desc_advance(q0, kstep_offset(kk, Cfg::kBlockM)), desc_advance(k0, kstep_offset(kk, Cfg::kBlockN)),
+               kk > 0 ? 1 : 0);
     wgmma_commit();
   }
 
@@ -656,10 +660,8 @@ struct Mainloop {
         offset = g * 16 * kRowBytes;
       }
       if constexpr (Cfg::kPInSmem) {
-        // P's k-step g: 32 bytes into column block g / 4 of the warpgroup's 64 rows (as Q's in issue_qk).
         const uint64_t p0 = make_smem_desc_sw128(sm.p(wg), 16, 1024);
-        wgmma_pv(acc, desc_advance(p0, (g / 4) * 64 * kRowBytes + (g % 4) * 32), desc_advance(v0, offset),
-                 kFresh && g == 0 ? 0 : 1);
+        wgmma_pv(acc, desc_advance(p0, kstep_offset(g, 64)), desc_advance(v0, offset), kFresh && g == 0 ? 0 : 1);
       } else {
         wgmma_pv(acc, p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3], desc_advance(v0, offset),
                  kFresh && g == 0 ? 0 : 1);
@@ -699,9 +701,10 @@ struct Mainloop {
     const uint32_t row_addr = sm.p(wg) + row * kRowBytes;
 #pragma unroll
     for (int g = 0; g < kPvSteps; ++g) {
-      const uint32_t chunk = 2 * (g % 4) + lane / 16;
+      // The 16-byte chunk of k-step g's column half (lane / 16) in the row, swizzled: kstep_offset's layout.
+      const uint32_t step = kstep_offset(g, 64), chunk = (step % kRowBytes) / 16 + lane / 16;
       const float* x = s + 8 * g;
-      stmatrix_x4(row_addr + (g / 4) * 64 * kRowBytes + ((chunk ^ (row % 8)) << 4),
+      stmatrix_x4(row_addr + (step - step % kRowBytes) + ((chunk ^ (row % 8)) << 4),
                   pack_half2<Cfg::kIsBf16>(x[0], x[1]), pack_half2<Cfg::kIsBf16>(x[2], x[3]),
                   pack_half2<Cfg::kIsBf16>(x[4], x[5]), pack_half2<Cfg::kIsBf16>(x[6], x[7]));
     }
