@@ -19,10 +19,10 @@ namespace {
 using nlohmann::json;
 
 const std::vector<std::string>& choice_keys() {
-  static const std::vector<std::string> keys = {"tile",  "consumer_warpgroups", "stages", "pingpong",
-                                                "intra_wg_overlap", "rescale_o_before_pv", "load_k_ahead", "mask_free_loop",
-                                                "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "p_in_smem", "cluster_m",
-                                                "fp32_two_level_accum", "persistent"};
+  static const std::vector<std::string> keys = {
+      "tile",           "consumer_warpgroups", "stages",       "pingpong",  "intra_wg_overlap", "rescale_o_before_pv",
+      "load_k_ahead",   "mask_free_loop",      "softmax_in_mask_arms",      "lazy_rescale",     "l2_evict_hints",
+      "p_in_smem",      "cluster_m",           "fp32_two_level_accum",      "persistent"};
   return keys;
 }
 
@@ -105,15 +105,10 @@ Spec apply_choice(const Spec& base, const json& choice) {
   json_fields::require_object(choice, "choice");
   json_fields::reject_unknown_keys(choice, "choice", choice_keys());
   json doc = canonical_json(base);
-  // A record written before rescale_o_before_pv, load_k_ahead, mask_free_loop, softmax_in_mask_arms, lazy_rescale,
-  // l2_evict_hints or p_in_smem existed leaves them to the table (where the spec's schedule allows them).
-  if (!choice.contains("rescale_o_before_pv")) doc.erase("rescale_o_before_pv");
-  if (!choice.contains("load_k_ahead")) doc.erase("load_k_ahead");
-  if (!choice.contains("mask_free_loop")) doc.erase("mask_free_loop");
-  if (!choice.contains("softmax_in_mask_arms")) doc.erase("softmax_in_mask_arms");
-  if (!choice.contains("lazy_rescale")) doc.erase("lazy_rescale");
-  if (!choice.contains("l2_evict_hints")) doc.erase("l2_evict_hints");
-  if (!choice.contains("p_in_smem")) doc.erase("p_in_smem");
+  // A record written before one of these fields existed leaves it to the table (where the spec's schedule allows it).
+  for (const char* added : {"rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms",
+                            "lazy_rescale", "l2_evict_hints", "p_in_smem"})
+    if (!choice.contains(added)) doc.erase(added);
   for (const auto& [key, value] : choice.items()) doc[key] = value;
   const Spec spec = parse_spec(doc);
   if (spec.quant == Quant::kPerBlock && (spec.block_m != base.block_m || spec.block_n != base.block_n))
