@@ -545,7 +545,10 @@ def _run_planned(plan: _Plan, q: Any, k: Any, v: Any, out: Any, softmax_scale: O
 def _launch(q: Any, params: Any, address: int, size: Any, size_ref: Any, workspaces: dict, device: int,
             num_splits: int, causal: bool) -> None:
     """Launches the call packed at `address` on torch's current stream of `device`, with this thread's workspace of
-    that stream when the call may need one (a split's partials, a dense causal call's tile counter)."""
+    that stream when the call may need one (a split's partials, a dense causal call's tile counter). A kept workspace
+    the library refuses as too small is replaced by one of the size it asks for and the launch tried once more.
+    Raises fa3jit.Fa3jitValueError / Fa3jitRuntimeError (_capi.error_for) with the library's message when it refuses
+    the call or the launch fails."""
     torch = _attention._torch
     runtime_handle = _attention._runtime_handle or _attention._bind_runtime()
     switch = _attention._current_device is not None and _attention._current_device() != device
