@@ -12,7 +12,7 @@ every column of a cell timed in turn).
 Each forced count's output is compared with one split's (max abs difference over bench_decode's 2e-2: MISMATCH, exit 1);
 a column that raises reads nan, with the reason on stderr.
 
-    python3 bench/decode_splits.py [--fa3-site DIR] [--json OUT]
+    python3 bench/decode_splits.py [--fa3-site DIR] [--json OUT] [--cells 8x256,1x512,...]
 """
 
 import argparse
@@ -68,7 +68,11 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--fa3-site", default="/tmp/site")
     parser.add_argument("--json", type=pathlib.Path)
+    parser.add_argument("--cells", help="comma-separated BATCHxSEQLEN_K cells instead of the default list")
     args = parser.parse_args()
+    cells = CELLS
+    if args.cells:
+        cells = [tuple(int(x) for x in cell.split("x")) for cell in args.cells.split(",")]
     import torch
     fa3jit = import_fa3jit()
     fa3_call, fa3_where = bench_decode.load_fa3(torch, args.fa3_site)
@@ -80,7 +84,7 @@ def main():
     header = ["batch", "seqlen_k", "heuristic", "FA3", "cuDNN"] + [f"s{s}" for s in SPLITS] + ["best", "best/peer"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for batch, seqlen_k in CELLS:
+    for batch, seqlen_k in cells:
         q, k, v, seqlens = bench_decode.tensors(torch, batch, seqlen_k, HEADS, HEADS_KV)
         gb = batch * seqlen_k * HEADS_KV * bench_decode.HEAD_DIM * 2 * 2 / 1e9
         ref = fa3jit.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True, num_splits=1)

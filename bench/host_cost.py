@@ -29,8 +29,9 @@ Peers (each skipped with its reason where it cannot run):
 Serving calls (SERVING: a decode step of batch 8, 32/8 heads, d128, 256 cached keys per sequence), each row
 with its own shapes, so compare them with each other and with the FA3 decode row, not with the rows above:
   fa3jit flash_attn_with_kvcache, paged           page_size 16, shuffled page table, cache_seqlens tensor,
-                                                  num_splits=0 (the heuristic: split + combine, a workspace
-                                                  allocated per call), and num_splits=1 with out= given
+                                                  num_splits=0 (the heuristic: one kernel at this size),
+                                                  num_splits=2 (split + combine, the kept workspace) and
+                                                  num_splits=1 with out= given
   fa3jit flash_attn_with_kvcache, contiguous      the dense cache, num_splits=0
   fa3jit flash_attn_varlen_func                   packed prefill of the batch (cu_seqlens, max_seqlen_* given,
                                                   causal, out= given)
@@ -265,6 +266,8 @@ def serving_peers(torch, fa3jit, args, device) -> List[Peer]:
     peers = [
         Peer("serve_paged", "fa3jit flash_attn_with_kvcache, paged, num_splits=0",
              lambda: kvcache(q, k_pages, v_pages, seqlens, page_table=page_table, causal=True)),
+        Peer("serve_paged_split2", "fa3jit flash_attn_with_kvcache, paged, num_splits=2",
+             lambda: kvcache(q, k_pages, v_pages, seqlens, page_table=page_table, causal=True, num_splits=2)),
         Peer("serve_paged_nosplit_out", "fa3jit flash_attn_with_kvcache, paged, num_splits=1, out=o",
              lambda: kvcache(q, k_pages, v_pages, seqlens, page_table=page_table, causal=True, num_splits=1,
                              out=out)),

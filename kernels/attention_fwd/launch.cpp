@@ -464,7 +464,10 @@ int resolve_splits(const ForwardArgs& a, const CallShape& s, int block_m, int bl
   const int64_t tiles =
       std::min(kSaturated, std::min(kSaturated, m_blocks * (pack_gqa ? s.num_heads_kv : s.num_heads)) * s.batch);
   const int64_t n_blocks = (s.max_seqlen_k + block_n - 1) / block_n;
-  return num_splits_heuristic(tiles, n_blocks, multiprocessor_count(ordinal), kMaxSplits);
+  // A decode step's tile (one M block of few rows) streams K and V with little math per byte.
+  const bool memory_bound = m_blocks == 1 && (pack_gqa ? s.max_seqlen_q * s.group : s.max_seqlen_q) <= kMemoryBoundRows;
+  return num_splits_heuristic(tiles, n_blocks, multiprocessor_count(ordinal), kMaxSplits,
+                              memory_bound ? kMemoryBoundFill : kComputeBoundFill);
 }
 
 // Rows of the split partials: (lse_batch, seqlen_q, num_heads), lse_batch 1 with varlen_q.

@@ -39,8 +39,8 @@ TileSchedule schedule_tiles(const KernelConfig& config, const GridShape& g) {
   return s;
 }
 
-int num_splits_heuristic(int64_t tiles, int64_t n_blocks, int num_sms, int max_splits) {
-  if (tiles <= 0 || n_blocks <= 1 || tiles >= 0.8 * num_sms) return 1;
+int num_splits_heuristic(int64_t tiles, int64_t n_blocks, int num_sms, int max_splits, double fill) {
+  if (tiles <= 0 || n_blocks <= 1 || static_cast<double>(tiles) >= fill * num_sms) return 1;
   // A fixed array, not a vector: the launch path calls this on every call and allocates nothing.
   std::array<double, 257> efficiency{};
   const int64_t limit = std::min<int64_t>({max_splits, num_sms, n_blocks, int64_t{efficiency.size()} - 1});

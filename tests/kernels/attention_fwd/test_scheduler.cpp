@@ -80,6 +80,14 @@ TEST_CASE("num_splits_heuristic", "[scheduler]") {
   // Splits that leave ceil(1024 / s) unchanged from s - 1 (33, 66, 99, 132: the exact multiples of 132 / 8) are not
   // useful; the best useful one is 16 (128 CTAs on 132 SMs, 0.970), and 14 (112, 0.848) is the fewest within 85%.
   CHECK(s == 14);
+  // Memory-bound calls (decode steps) run unsplit from 40 % of the SMs: batch 8 x 8 KV heads = 64 tiles on 132 SMs
+  // splits in two as a compute-bound call, not as a decode step; batch 4 (32 tiles) splits either way.
+  CHECK(num_splits_heuristic(64, 8, 132, 256) == 2);
+  CHECK(num_splits_heuristic(64, 8, 132, 256, kMemoryBoundFill) == 1);
+  CHECK(num_splits_heuristic(53, 8, 132, 256, kMemoryBoundFill) == 1);
+  CHECK(num_splits_heuristic(52, 8, 132, 256, kMemoryBoundFill) > 1);
+  CHECK(num_splits_heuristic(32, 32, 132, 256, kMemoryBoundFill) == num_splits_heuristic(32, 32, 132, 256));
+  CHECK(num_splits_heuristic(32, 32, 132, 256) > 1);
   // Never more splits than key blocks, SMs or the limit.
   CHECK(num_splits_heuristic(1, 3, 132, 256) <= 3);
   CHECK(num_splits_heuristic(1, 1000, 132, 16) <= 16);
