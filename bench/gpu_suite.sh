@@ -40,8 +40,8 @@ for stage in "${stages[@]}"; do
       t=${CHECK_TIMEOUT:-520}; pids=()
       # The forward tests in two shards: the matrix and repeat tests, and the bit-identity pairs (alone, the forward
       # shard ran past a 300 s cap on a loaded H100).
-      shards=("[gpu][forward]~[head_dims]~[mask_free_loop]~[load_k_ahead]~[rescale]~[persistent]~[cluster]~[softmax_arms]~[lazy_rescale]~[l2_hints]~[p_in_smem]"
-              "[gpu][forward][mask_free_loop],[gpu][forward][load_k_ahead],[gpu][forward][rescale],[gpu][forward][persistent],[gpu][forward][cluster],[gpu][forward][softmax_arms],[gpu][forward][lazy_rescale],[gpu][forward][l2_hints],[gpu][forward][p_in_smem]"
+      shards=("[gpu][forward]~[head_dims]~[mask_free_loop]~[load_k_ahead]~[rescale]~[persistent]~[cluster]~[softmax_arms]~[lazy_rescale]~[l2_hints]~[p_in_smem]~[pin_pv_wait]"
+              "[gpu][forward][mask_free_loop],[gpu][forward][load_k_ahead],[gpu][forward][rescale],[gpu][forward][persistent],[gpu][forward][cluster],[gpu][forward][softmax_arms],[gpu][forward][lazy_rescale],[gpu][forward][l2_hints],[gpu][forward][p_in_smem],[gpu][forward][pin_pv_wait]"
               "[gpu][fp8]" "[gpu][head_dims]" "[gpu][serving],[gpu][combine]"
               "[gpu][determinism],[gpu][cases],[gpu][arguments]~[serving],[gpu][quantize],[gpu][sanitize]~[serving]")
       for i in "${!shards[@]}"; do

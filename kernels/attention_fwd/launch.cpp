@@ -737,7 +737,8 @@ LaunchPlan build_launch(const Kernel& kernel, const ContextKernel& ck, const Cal
 auto tile_tie(const TileDefaults& t) {
   return std::tie(t.block_m, t.block_n, t.consumer_warpgroups, t.stages, t.pingpong, t.intra_wg_overlap, t.cluster_m,
                   t.fp32_two_level_accum, t.persistent, t.rescale_o_before_pv, t.load_k_ahead,
-                  t.mask_free_loop, t.softmax_in_mask_arms, t.lazy_rescale, t.l2_evict_hints, t.p_in_smem);
+                  t.mask_free_loop, t.softmax_in_mask_arms, t.lazy_rescale, t.l2_evict_hints, t.p_in_smem,
+                  t.pin_pv_wait);
 }
 
 struct ShapeClass {

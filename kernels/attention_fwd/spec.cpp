@@ -302,6 +302,8 @@ bool lazy_rescale_fits(const Spec& spec) { return spec.dtype != DType::kE4m3 && 
 
 bool p_in_smem_fits(const Spec& spec) { return spec.dtype != DType::kE4m3; }
 
+bool pin_pv_wait_fits(const Spec& spec) { return spec.intra_wg_overlap; }
+
 bool load_k_ahead_fits(const Spec& spec) {
   return spec.dtype != DType::kE4m3 || spec.v_layout == VLayout::kDMajor;
 }
@@ -366,6 +368,9 @@ void validate(const Spec& spec) {
     invalid(fmt::format("spec field \"p_in_smem\": true is not allowed with dtype \"{}\": the e4m3 P.V takes P from "
                         "registers (FA3's FP8 path likewise); expected false, or dtype \"bf16\" or \"fp16\"",
                         dtype_name(spec.dtype)));
+  if (spec.pin_pv_wait && !pin_pv_wait_fits(spec))
+    invalid("spec field \"pin_pv_wait\": true is not allowed with intra_wg_overlap false: it keeps the P.V wait of the "
+            "intra_wg_overlap step behind the softmax; expected false, or intra_wg_overlap true");
   if (spec.cluster_m != 1 && spec.cluster_m != 2)
     invalid(fmt::format("spec field \"cluster_m\": {} is not allowed; expected 1 or 2", spec.cluster_m));
   // K/V multicast pairs two CTAs that walk the same KV blocks: only without a causal mask (FA3 likewise).
@@ -399,7 +404,7 @@ Spec parse_spec(const json& doc) {
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
                        "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale",
-                       "l2_evict_hints", "p_in_smem", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv",
+                       "l2_evict_hints", "p_in_smem", "pin_pv_wait", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv",
                        "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
@@ -459,6 +464,8 @@ Spec parse_spec(const json& doc) {
       read_knob(doc, "softmax_in_mask_arms", defaults.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec));
   spec.lazy_rescale = read_knob(doc, "lazy_rescale", defaults.lazy_rescale && lazy_rescale_fits(spec));
   spec.p_in_smem = read_knob(doc, "p_in_smem", defaults.p_in_smem && p_in_smem_fits(spec));
+  // As pingpong: the table's value where the schedule can take it; asked for explicitly, validate() judges.
+  spec.pin_pv_wait = read_knob(doc, "pin_pv_wait", defaults.pin_pv_wait && pin_pv_wait_fits(spec));
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -503,6 +510,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.softmax_in_mask_arms = d.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec);
   spec.lazy_rescale = d.lazy_rescale && lazy_rescale_fits(spec);
   spec.p_in_smem = d.p_in_smem && p_in_smem_fits(spec);
+  spec.pin_pv_wait = d.pin_pv_wait && pin_pv_wait_fits(spec);
   // A split reads its Q once per split and its K/V range once: the hints of l2_evict_hints_row are for prefill.
   spec.l2_evict_hints = d.l2_evict_hints && !layout.split_kv;
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;
@@ -553,6 +561,7 @@ json canonical_json(const Spec& spec) {
       {"lazy_rescale", spec.lazy_rescale},
       {"l2_evict_hints", spec.l2_evict_hints},
       {"p_in_smem", spec.p_in_smem},
+      {"pin_pv_wait", spec.pin_pv_wait},
       {"cluster_m", spec.cluster_m},
       {"persistent", spec.persistent},
       {"varlen_q", spec.varlen_q},
@@ -596,6 +605,7 @@ std::string spec_summary(const Spec& spec) {
   if (spec.lazy_rescale) text += " lazy-rescale";
   if (spec.l2_evict_hints) text += " l2-hints";
   if (spec.p_in_smem) text += " p-smem";
+  if (spec.pin_pv_wait) text += " pv-pin";
   if (spec.cluster_m > 1) text += fmt::format(" cluster{}", spec.cluster_m);
   if (spec.persistent) text += " persistent";
   return text;

@@ -201,6 +201,16 @@ bool lazy_rescale_row(DType dtype, int row, int row_v) {
 // each read Q again and their K/V range once.
 bool l2_evict_hints_row(DType, int, int) { return true; }
 
+// Whether the overlapped step keeps its P.V wait behind the softmax (spec.h: pin_pv_wait). Without it, ptxas moved the
+// wait up to the Q.K^T wait in the mask-free loop of every prefill row but 16-bit d256's (SASS, nvcc 13.0: exp2 between
+// the two waits, bf16 d128 15 of 90, d64 11 of 66, d96 0 of 50, d192 9 of 58, e4m3 d128 0 of 82; 75-87, 51-62, 38-41,
+// 47-58 and 67-71 with the store), so the softmax waited for P.V instead of running under it. 16-bit d256's one-copy
+// loop keeps all 84 there either way. PREDICTION, to be measured (bench/NOTES.md, 2026-12-08): +2-6 % for the 16-bit
+// rows but d256, +2-5 % e4m3. Decode keeps none (not measured).
+bool pin_pv_wait_row(DType dtype, int row, int row_v) {
+  return dtype == DType::kE4m3 || std::max(row, row_v) != 256;
+}
+
 }  // namespace
 
 TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal) {
@@ -224,6 +234,7 @@ TileDefaults default_tile(DType dtype, int head_dim, int head_dim_v, bool causal
   t.softmax_in_mask_arms = softmax_in_mask_arms_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   t.lazy_rescale = lazy_rescale_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   t.l2_evict_hints = l2_evict_hints_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
+  t.pin_pv_wait = pin_pv_wait_row(dtype, tuned_row(head_dim), tuned_row(head_dim_v));
   return fitted(dtype, head_dim, head_dim_v, t);
 }
 

@@ -34,6 +34,7 @@ struct TileDefaults {
   bool lazy_rescale = false;          // tile_table.cpp: lazy_rescale_row, where the spec allows it
   bool l2_evict_hints = false;        // tile_table.cpp: l2_evict_hints_row
   bool p_in_smem = false;             // the row's tile (table_tile), where the spec allows it (spec.h: p_in_smem_fits)
+  bool pin_pv_wait = false;           // tile_table.cpp: pin_pv_wait_row, where the spec allows it
 };
 
 /// Default tile for (dtype, head_dim, head_dim_v, causal), each dim of the dtype's rule (spec.h: HeadDimRule). The

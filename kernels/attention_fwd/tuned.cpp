@@ -22,7 +22,7 @@ const std::vector<std::string>& choice_keys() {
   static const std::vector<std::string> keys = {
       "tile",           "consumer_warpgroups", "stages",       "pingpong",  "intra_wg_overlap", "rescale_o_before_pv",
       "load_k_ahead",   "mask_free_loop",      "softmax_in_mask_arms",      "lazy_rescale",     "l2_evict_hints",
-      "p_in_smem",      "cluster_m",           "fp32_two_level_accum",      "persistent"};
+      "p_in_smem",      "pin_pv_wait",         "cluster_m",                 "fp32_two_level_accum", "persistent"};
   return keys;
 }
 
@@ -52,6 +52,7 @@ TileDefaults tile_of(const Spec& s) {
   t.lazy_rescale = s.lazy_rescale;
   t.l2_evict_hints = s.l2_evict_hints;
   t.p_in_smem = s.p_in_smem;
+  t.pin_pv_wait = s.pin_pv_wait;
   return t;
 }
 
@@ -107,7 +108,7 @@ Spec apply_choice(const Spec& base, const json& choice) {
   json doc = canonical_json(base);
   // A record written before one of these fields existed leaves it to the table (where the spec's schedule allows it).
   for (const char* added : {"rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms",
-                            "lazy_rescale", "l2_evict_hints", "p_in_smem"})
+                            "lazy_rescale", "l2_evict_hints", "p_in_smem", "pin_pv_wait"})
     if (!choice.contains(added)) doc.erase(added);
   for (const auto& [key, value] : choice.items()) doc[key] = value;
   const Spec spec = parse_spec(doc);

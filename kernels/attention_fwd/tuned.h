@@ -6,7 +6,7 @@
 // part of it: the runtime decides splits per call from the built-in tile, and tuned tiles apply to calls that do
 // not split (prefill), never to the decode tile (layout.short_q); a short causal call (layout.short_causal) takes its class's tuned tile
 // in place of the short-causal one. A choice sets the tile fields of a spec: "tile"
-// (block_m, block_n), "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap", "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "p_in_smem", "cluster_m",
+// (block_m, block_n), "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap", "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale", "l2_evict_hints", "p_in_smem", "pin_pv_wait", "cluster_m",
 // "fp32_two_level_accum". For quant per_block the per-block descales are laid out by the built-in block_m and
 // block_n (fa3jit_fp8_quant_blocks), so a choice must keep them.
 #pragma once

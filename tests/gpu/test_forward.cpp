@@ -321,6 +321,32 @@ TEST_CASE("l2_evict_hints gives the same out and lse bit for bit", "[gpu][forwar
       });
 }
 
+TEST_CASE("pin_pv_wait gives the same out and lse bit for bit", "[gpu][forward][pin_pv_wait]") {
+  if (!have_gpu()) return;
+  // The store only moves where the P.V wait issues: the same values in the same order, so the two kernels must agree to
+  // the bit. Every 16-bit row's tile (both copies of the loop: causal diagonals and seqlen_k tails), GQA, one key block,
+  // d256's one-copy loop asked for it, one warpgroup, a persistent grid whose CTAs run several tiles, P in shared
+  // memory, e4m3 with V transposed in the kernel and given d-major.
+  check_knob_bit_identical(
+      "pin_pv_wait",
+      {
+          {R"({"dtype":"bf16","head_dim":128})", 2, 1023, 1111, 8, 2},
+          {R"({"dtype":"bf16","head_dim":128,"causal":true})", 2, 1023, 4224, 8, 8},
+          {R"({"dtype":"fp16","head_dim":64,"causal":true})", 3, 2049, 2049, 8, 2},
+          {R"({"dtype":"bf16","head_dim":64})", 1, 113, 1, 4, 1},
+          {R"({"dtype":"bf16","head_dim":96})", 2, 1023, 1500, 12, 4},
+          {R"({"dtype":"bf16","head_dim":96,"causal":true})", 2, 799, 1023, 12, 4},
+          {R"({"dtype":"bf16","head_dim":192,"causal":true})", 2, 239, 799, 16, 16},
+          {R"({"dtype":"bf16","head_dim":192,"head_dim_v":128})", 2, 1023, 1111, 16, 4},
+          {R"({"dtype":"fp16","head_dim":256,"causal":true,"pin_pv_wait":true})", 2, 799, 1023, 16, 4},
+          {R"({"dtype":"bf16","head_dim":128,"tile":{"block_m":64},"pingpong":false,"causal":true})", 2, 1023, 799, 8,
+           2},
+          {R"({"dtype":"bf16","head_dim":64,"p_in_smem":true,"tile":{"block_n":192}})", 2, 1023, 1111, 8, 2},
+          {R"({"dtype":"e4m3","head_dim":128,"causal":true})", 2, 1023, 1111, 16, 4},
+          {R"({"dtype":"e4m3","head_dim":256,"v_layout":"d_major"})", 2, 799, 1023, 8, 2},
+      });
+}
+
 TEST_CASE("p_in_smem gives the same out and lse bit for bit", "[gpu][forward][p_in_smem]") {
   if (!have_gpu()) return;
   // The same 16-bit P goes through shared memory instead of registers into the same P.V, so the two kernels must agree

@@ -712,19 +712,14 @@ struct Mainloop {
     __syncwarp();
   }
 
-  /// p_in_smem, overlapped step: keeps the wait for P_{j-1}.V_{j-1} (wgmma.wait_group 0) behind the softmax of S_j,
-  /// where the schedule puts it. ptxas otherwise moves that wait up into the softmax, among the row-max instructions
-  /// (bf16 d96 192x128, and d64 192x128 without persistent: before any ex2 and before the quad shuffles), so the
-  /// softmax waits for P.V instead of running under it. It does not move the wait above a shared-memory store or an
-  /// mbarrier arrive that comes before it (cuobjdump, nvcc 13.0): this is such a store, lane 0 of each warp writing
-  /// into the warp's own word (never read) its second row sum, which depends on the block's ex2 (ptxas interleaves the
-  /// two row halves: all of them stay before the wait). Only with 3 consumer warpgroups and block_n <= 128, where all
-  /// the probabilities of a block fit the registers until P.V completes: block_n 160 spilled 36 bytes, 192 144 bytes;
-  /// bf16 d128 causal with 2 consumer warpgroups 4 bytes (outside the loop).
-  static constexpr bool kPinPvWait = Cfg::kPInSmem && Cfg::kConsumerWarpgroups == 3 && ScoreFrag::kRegs <= 64;
+  /// Spec field pin_pv_wait (spec.h), in the overlapped step: keeps the wait for P_{j-1}.V_{j-1}
+  /// (wgmma.wait_group 0) behind the softmax of S_j, where the schedule puts it. Without it ptxas moves that wait up
+  /// to the Q.K^T wait, above the exp2 (it moves a wait above arithmetic), so the softmax waits for P.V instead of
+  /// running under it; it does not move a wait above a shared-memory store that precedes it (cuobjdump, nvcc 13.0).
+  /// This is such a store: thread 0 of the warpgroup writes its second row sum, which depends on the block's exp2
+  /// (ptxas interleaves the two row halves), into the warpgroup's own word, which nothing reads.
   static __device__ __forceinline__ void pin_pv_wait(const Smem& sm, const Softmax& softmax, int wg) {
-    const int warp = 4 * wg + static_cast<int>(threadIdx.x / 32) % 4;
-    if (threadIdx.x % 32 == 0) st_shared_u32(sm.pin_word(warp), __float_as_uint(softmax.row_sum[1]));
+    if (threadIdx.x % 128 == 0) st_shared_u32(sm.pin_word(wg), __float_as_uint(softmax.row_sum[1]));
   }
 
   /// P of a softmaxed score block to where its P.V reads it: the registers p, or consumer warpgroup wg's P tile.
@@ -1064,7 +1059,7 @@ struct Mainloop {
     release_q(sm, n_block, w, lane);
     float o_scale[2];
     softmax_step<kMaybeMasked, Cfg::kSoftmaxInMaskArms>(s, n_block, w, query, descale, softmax, o_scale);
-    if constexpr (kPinPvWait) pin_pv_wait(sm, softmax, wg);
+    if constexpr (Cfg::kPinPvWait) pin_pv_wait(sm, softmax, wg);
     wgmma_wait<0>();
     fence_p(p);
     if (!first) release(sm.v_empty(v_pipe.stage));

@@ -99,13 +99,11 @@ struct SmemLayout {
   __device__ __forceinline__ uint32_t tile_slot(int slot) const {
     return base + kBarrierOffset + 8 * (kPersistentFirst + 6) + 4 * slot;
   }
-  /// p_in_smem: a 4-byte word per consumer warp after the barriers, written and never read (mainloop.cuh:
-  /// pin_pv_wait). At most 25 barriers (16-bit, 4 stages, persistent) and 12 warps: 248 of the area's 256 bytes.
-  static constexpr int kPinBytes = Cfg::kPInSmem ? 4 * 4 * Cfg::kConsumerWarpgroups : 0;
+  /// pin_pv_wait: a 4-byte word per consumer warpgroup after the barriers, written and never read (mainloop.cuh:
+  /// pin_pv_wait). At most 25 barriers (16-bit, 4 stages, persistent) and 3 warpgroups: 212 of the area's 256 bytes.
+  static constexpr int kPinBytes = Cfg::kPinPvWait ? 4 * Cfg::kConsumerWarpgroups : 0;
   static_assert(8 * kNumBarriers + kPinBytes <= kBarrierAreaBytes, "the pin words must fit the barrier area");
-  __device__ __forceinline__ uint32_t pin_word(int warp) const {
-    return base + kBarrierOffset + 8 * kNumBarriers + 4 * warp;
-  }
+  __device__ __forceinline__ uint32_t pin_word(int wg) const { return base + kBarrierOffset + 8 * kNumBarriers + 4 * wg; }
 };
 
 }  // namespace fa3jit::attention_fwd

@@ -135,7 +135,8 @@ TEST_CASE("softmax_in_mask_arms: the wait for P.V after the softmax in the one-c
   REQUIRE_FALSE(tool.empty());
   for (const char* dims : {R"("head_dim":128)", R"("head_dim":256)"}) {
     for (const bool arms : {false, true}) {
-      const std::string json = fmt::format(R"({{"dtype":"bf16",{},"causal":true,"mask_free_loop":false,"softmax_in_mask_arms":{}}})", dims, arms);
+      // pin_pv_wait off: the store it adds would keep the wait behind the softmax in either place.
+      const std::string json = fmt::format(R"({{"dtype":"bf16",{},"causal":true,"mask_free_loop":false,"softmax_in_mask_arms":{},"pin_pv_wait":false}})", dims, arms);
       INFO(json);
       const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(json));
       const std::string sass = disassemble(compile_kernel(af::emit_kernel(cfg)).cubin, tool);
@@ -153,6 +154,45 @@ TEST_CASE("softmax_in_mask_arms: the wait for P.V after the softmax in the one-c
         // The ptxas behaviour the field works around; a failure here means a ptxas that places the wait later by
         // itself, and the field may no longer be worth its compile time.
         CHECK(exps < cfg.spec.block_n / 2);
+      }
+    }
+  }
+}
+
+TEST_CASE("pin_pv_wait: the wait for P.V after the softmax in every overlapped step", "[compile][sass]") {
+  // Each overlapped step waits for S (DEPBAR.LE gsb0, 0x1), runs the softmax (block_n / 2 exponentials per thread)
+  // and waits for the previous P.V (0x0). With pin_pv_wait every such pair of waits holds at least a quarter of a
+  // block's exponentials (ptxas leaves a few after the wait); without it, ptxas moves the second wait up to the first in
+  // at least one copy of the loop (device/mainloop.cuh: pin_pv_wait).
+  const std::string tool = find_cuobjdump();
+  REQUIRE_FALSE(tool.empty());
+  for (const char* base : {R"("dtype":"bf16","head_dim":128)", R"("dtype":"bf16","head_dim":128,"causal":true)",
+                           R"("dtype":"bf16","head_dim":96)", R"("dtype":"fp16","head_dim":64,"causal":true)",
+                           R"("dtype":"bf16","head_dim":192,"head_dim_v":128)", R"("dtype":"e4m3","head_dim":128)"}) {
+    for (const bool pin : {false, true}) {
+      const std::string json = fmt::format(R"({{{},"pin_pv_wait":{}}})", base, pin);
+      INFO(json);
+      const af::KernelConfig cfg = af::make_kernel_config(af::parse_spec(json));
+      const std::string sass = disassemble(compile_kernel(af::emit_kernel(cfg)).cubin, tool);
+      int steps = 0, fewest = 1 << 20;
+      for (size_t wait_s = sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x1"); wait_s != std::string::npos;
+           wait_s = sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x1", wait_s + 1)) {
+        const size_t wait_pv = sass.find("WARPGROUP.DEPBAR.LE gsb0, 0x0", wait_s);
+        REQUIRE(wait_pv != std::string::npos);
+        const std::string between = sass.substr(wait_s, wait_pv - wait_s);
+        int exps = 0;
+        for (size_t at = between.find("MUFU.EX2"); at != std::string::npos; at = between.find("MUFU.EX2", at + 1)) ++exps;
+        ++steps;
+        fewest = std::min(fewest, exps);
+      }
+      INFO("overlapped steps " << steps << ", fewest MUFU.EX2 between their waits " << fewest);
+      REQUIRE(steps >= 2);  // the two copies of the loop
+      if (pin) {
+        CHECK(fewest >= cfg.spec.block_n / 4);
+      } else {
+        // The ptxas behaviour the field works around; a failure here means a ptxas that keeps the wait in place by
+        // itself, and the field may no longer be needed.
+        CHECK(fewest < cfg.spec.block_n / 4);
       }
     }
   }
