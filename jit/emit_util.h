@@ -10,7 +10,7 @@
 namespace fa3jit {
 
 /// Bumped whenever generated code changes meaning; part of every cache key.
-inline constexpr const char* kGeneratorVersion = "fa3jit-gen-4";  // 4: pin_pv_wait in the table; 3: two copies, L2 hints
+inline constexpr const char* kGeneratorVersion = "fa3jit-gen-3";  // 3: two copies and L2 hints in the table
 
 /// A generated kernel: `code` compiles with NVRTC (or `nvcc -arch=sm_90a -cubin`) with no include path at
 /// all. `kernel_name` names the unit (jit/family.h: kernel_name) and, when `entries` is empty, is its one

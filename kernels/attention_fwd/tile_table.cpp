@@ -205,11 +205,9 @@ bool l2_evict_hints_row(DType, int, int) { return true; }
 // wait up to the Q.K^T wait in the mask-free loop of every prefill row but 16-bit d256's (SASS, nvcc 13.0: exp2 between
 // the two waits, bf16 d128 15 of 90, d64 11 of 66, d96 0 of 50, d192 9 of 58, e4m3 d128 0 of 82; 75-87, 51-62, 38-41,
 // 47-58 and 67-71 with the store), so the softmax waited for P.V instead of running under it. 16-bit d256's one-copy
-// loop keeps all 84 there either way. PREDICTION, to be measured (bench/NOTES.md, 2026-12-08): +2-6 % for the 16-bit
-// rows but d256, +2-5 % e4m3. Decode keeps none (not measured).
-bool pin_pv_wait_row(DType dtype, int row, int row_v) {
-  return dtype == DType::kE4m3 || std::max(row, row_v) != 256;
-}
+// loop keeps all 84 there either way. Predicted +2-6 % for the 16-bit rows but d256 and +2-5 % for e4m3 (bench/NOTES.md,
+// 2026-12-08), NOT YET MEASURED: no row takes it until the GPU A/B (and its bit-identity test) has run.
+bool pin_pv_wait_row(DType, int, int) { return false; }
 
 }  // namespace
 

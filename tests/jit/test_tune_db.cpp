@@ -247,13 +247,13 @@ TEST_CASE("tuned choices: class tokens, the choice fields, and validation by the
   // p_in_smem likewise: a tuned record may take it, a record without it takes the table's value (off).
   CHECK(choice.contains("p_in_smem"));
   CHECK(af::apply_choice(causal, json{{"p_in_smem", true}, {"tile", {{"block_n", 128}}}}).p_in_smem);
-  // pin_pv_wait likewise: a choice field; a record without it takes the table's value (on at d128).
+  // pin_pv_wait likewise: a choice field a tuned record may take; a record without it takes the table's value (off).
   CHECK(choice.contains("pin_pv_wait"));
-  CHECK(causal.pin_pv_wait);
-  CHECK_FALSE(af::apply_choice(causal, json{{"pin_pv_wait", false}}).pin_pv_wait);
-  af::Spec no_pin = causal;
-  no_pin.pin_pv_wait = false;
-  CHECK(af::apply_choice(no_pin, json{{"stages", 2}}).pin_pv_wait);
+  CHECK_FALSE(causal.pin_pv_wait);
+  CHECK(af::apply_choice(causal, json{{"pin_pv_wait", true}}).pin_pv_wait);
+  af::Spec pinned = causal;
+  pinned.pin_pv_wait = true;
+  CHECK_FALSE(af::apply_choice(pinned, json{{"stages", 2}}).pin_pv_wait);
   // Its shared memory is the spec's: the table's d128 128x176 has no room for P.
   CHECK_THROWS_WITH(af::apply_choice(causal, json{{"p_in_smem", true}}), Contains("bytes of shared memory"));
   af::Spec p_smem = af::apply_choice(causal, json{{"p_in_smem", true}, {"tile", {{"block_n", 128}}}});

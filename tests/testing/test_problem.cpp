@@ -88,7 +88,7 @@ TEST_CASE("problem defaults and limits; the problem is no part of the kernel", "
   CHECK(gqa.spec == load(R"({"dtype": "bf16", "head_dim": 128})").spec);
   CHECK_FALSE(load(R"({"dtype": "bf16", "head_dim": 128})").problem.has_value());
   CHECK(fa3jit::testing::case_summary(gqa) ==
-        "bf16 d128 128x176 wg2 st2 pingpong overlap mask-free-loop l2-hints pv-pin persistent | batch 3, seqlen_q 1, seqlen_k 9, heads 12/4");
+        "bf16 d128 128x176 wg2 st2 pingpong overlap mask-free-loop l2-hints persistent | batch 3, seqlen_q 1, seqlen_k 9, heads 12/4");
   try {
     fa3jit::testing::require_problem(load(R"({"dtype": "bf16", "head_dim": 128})"));
     FAIL_CHECK("a spec without a problem section was accepted by require_problem");

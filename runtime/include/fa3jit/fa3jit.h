@@ -524,8 +524,7 @@ typedef struct fa3jit_kernel_info {
   int32_t num_threads;       /* threads per block */
   char kind[FA3JIT_KIND_CAPACITY];       /* kernel family, e.g. "attention_fwd", NUL-terminated */
   char summary[FA3JIT_SUMMARY_CAPACITY]; /* e.g. "bf16 d128 causal 128x176 wg2 st2 pingpong overlap mask-free-loop
-                                            l2-hints pv-pin persistent": the layout's flags come before the
-                                            schedule's,
+                                            l2-hints persistent": the layout's flags come before the schedule's,
                                             cut to FA3JIT_SUMMARY_CAPACITY - 1 characters */
 } fa3jit_kernel_info;
 

@@ -158,7 +158,7 @@ TEST_CASE("the attention family is registered and reached through the generic se
   CHECK(r.launch.num_threads == cfg.num_threads);
   CHECK(r.launch.smem_bytes == cfg.smem_bytes);
   CHECK(r.launch.cluster_x == 1);
-  CHECK(r.summary == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap mask-free-loop l2-hints pv-pin persistent");
+  CHECK(r.summary == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap mask-free-loop l2-hints persistent");
   try {
     parse_spec_document(R"({"kind":"attention_bwd","dtype":"bf16"})");
     request_for(parse_spec_document(R"({"kind":"attention_bwd","dtype":"bf16"})"));

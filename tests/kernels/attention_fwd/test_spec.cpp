@@ -364,7 +364,7 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   const std::string key = af::canonical_string(a);
   CHECK(key ==
         R"({"causal":true,"cluster_m":1,"consumer_warpgroups":2,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pin_pv_wait":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pin_pv_wait":false,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(b) == key);
   CHECK(af::canonical_string(c) == key);
@@ -374,11 +374,11 @@ TEST_CASE("canonical kernel string ignores key order, spelled-out defaults and t
   // The non-causal d128 and the d64 defaults, spelled out in full.
   CHECK(af::canonical_string(parse(R"({"dtype": "fp16", "head_dim": 128})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":2,"dtype":"fp16","fp32_two_level_accum":false,"head_dim":128,)"
-        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"fp16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pin_pv_wait":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":128,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"fp16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pin_pv_wait":false,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":128,"block_n":176},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
   CHECK(af::canonical_string(parse(R"({"dtype": "bf16", "head_dim": 64})")) ==
         R"({"causal":false,"cluster_m":1,"consumer_warpgroups":3,"dtype":"bf16","fp32_two_level_accum":false,"head_dim":64,)"
-        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pin_pv_wait":true,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
+        R"("head_dim_v":64,"intra_wg_overlap":true,"kind":"attention_fwd","l2_evict_hints":true,"lazy_rescale":false,"load_k_ahead":false,"local":false,"mask_free_loop":true,"out_dtype":"bf16","p_in_smem":false,"pack_gqa":false,"paged_gather":false,"paged_kv":false,"persistent":true,"pin_pv_wait":false,"pingpong":true,"quant":"none","rescale_o_before_pv":false,"sinks":false,"softcap":false,"softmax_in_mask_arms":false,"split_kv":false,"stages":2,)"
         R"("tile":{"block_m":192,"block_n":128},"v_layout":"seq_major","varlen_k":false,"varlen_q":false})");
 
   // Either half of the block_m / consumer_warpgroups pair names the same kernel.
@@ -431,12 +431,12 @@ TEST_CASE("canonical JSON and spec_summary", "[spec]") {
   CHECK(doc.at("intra_wg_overlap") == true);
   CHECK_FALSE(doc.contains("problem"));
   CHECK_FALSE(doc.contains("hadamard"));
-  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap mask-free-loop l2-hints pv-pin persistent");
+  CHECK(af::spec_summary(spec) == "bf16 d128 causal 128x176 wg2 st2 pingpong overlap mask-free-loop l2-hints persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 128, "causal": true, "tile": {"block_n": 128}})")) ==
-        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap mask-free-loop l2-hints pv-pin persistent");
+        "bf16 d128 causal 128x128 wg2 st2 pingpong overlap mask-free-loop l2-hints persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 256})")) ==
         "fp16 d256 128x80 wg2 st2 pingpong overlap k-ahead softmax-in-arms lazy-rescale l2-hints persistent");
-  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap mask-free-loop l2-hints pv-pin persistent");
+  CHECK(af::spec_summary(parse(R"({"dtype": "fp16", "head_dim": 64})")) == "fp16 d64 192x128 wg3 st2 pingpong overlap mask-free-loop l2-hints persistent");
   CHECK(af::spec_summary(parse(R"({"dtype": "bf16", "head_dim": 256, "intra_wg_overlap": false})")) ==
         "bf16 d256 128x80 wg2 st2 k-ahead lazy-rescale l2-hints persistent");
   CHECK(af::name_token(spec) == "bf16_d128_causal");
@@ -794,7 +794,6 @@ TEST_CASE("make_kernel_config rejects pingpong that parse_spec would reject, for
     spec.block_m = v.block_m;
     spec.consumer_warpgroups = v.consumer_warpgroups;
     spec.intra_wg_overlap = v.intra_wg_overlap;
-    spec.pin_pv_wait = spec.pin_pv_wait && v.intra_wg_overlap;  // a knob of the overlapped step (pin_pv_wait_fits)
     spec.block_n = 64;  // fits the register budget of every warpgroup count
     try {
       af::make_kernel_config(spec);
@@ -852,7 +851,7 @@ TEST_CASE("cluster_m: default 1, 2 names another kernel, spelled-out 1 is the de
   CHECK(af::canonical_string(plain) == af::canonical_string(one));
   CHECK(af::canonical_string(two) != af::canonical_string(plain));
   CHECK(af::canonical_json(two).at("cluster_m") == 2);
-  CHECK(af::spec_summary(two) == "bf16 d128 128x176 wg2 st2 pingpong overlap mask-free-loop l2-hints pv-pin cluster2 persistent");
+  CHECK(af::spec_summary(two) == "bf16 d128 128x176 wg2 st2 pingpong overlap mask-free-loop l2-hints cluster2 persistent");
   // The multicast producer gets 40 registers, the consumers 232: the same pool of 3 x 168.
   const auto cfg = af::make_kernel_config(two);
   CHECK(cfg.producer_registers == 40);
@@ -922,18 +921,20 @@ TEST_CASE("l2_evict_hints: its own kernel, a bool, on in the table but for decod
   CHECK_FALSE(af::decode_tile(DType::kBf16, 128, 128).l2_evict_hints);
 }
 
-TEST_CASE("pin_pv_wait: its own kernel, a knob of the overlapped step, on in the table but 16-bit d256 and decode",
-          "[spec]") {
-  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128})");
-  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128, "pin_pv_wait": false})");
+TEST_CASE("pin_pv_wait: its own kernel, a knob of the overlapped step, off in the table until measured", "[spec]") {
+  const Spec on = parse(R"({"dtype": "bf16", "head_dim": 128, "pin_pv_wait": true})");
+  const Spec off = parse(R"({"dtype": "bf16", "head_dim": 128})");
   check_knob_kernel(on, off, &Spec::pin_pv_wait, "pv-pin", "kPinPvWait");
-  CHECK(parse(R"({"dtype": "e4m3", "head_dim": 128})").pin_pv_wait);
-  CHECK(parse(R"({"dtype": "bf16", "head_dim": 96, "causal": true})").pin_pv_wait);
-  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 256})").pin_pv_wait);
+  CHECK(parse(R"({"dtype": "e4m3", "head_dim": 128, "pin_pv_wait": true})").pin_pv_wait);
   CHECK(parse(R"({"dtype": "bf16", "head_dim": 256, "pin_pv_wait": true})").pin_pv_wait);
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 128, "split_kv": true, "tile": {"block_m": 64, "block_n": 128},)"
+              R"( "consumer_warpgroups": 1, "pin_pv_wait": true})").pin_pv_wait);
+  for (const int d : {64, 96, 128, 192, 256}) {
+    CHECK_FALSE(af::default_tile(DType::kBf16, d, d, false).pin_pv_wait);
+    CHECK_FALSE(af::default_tile(DType::kE4m3, d, d, true).pin_pv_wait);
+  }
   CHECK_FALSE(af::decode_tile(DType::kBf16, 128, 128).pin_pv_wait);
-  // Without the overlapped step the table's value yields; asked for, it is refused by name.
-  CHECK_FALSE(parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false})").pin_pv_wait);
+  // Without the overlapped step it is refused by name.
   CHECK_THROWS_WITH(
       parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false, "pin_pv_wait": true})"),
       Contains("\"pin_pv_wait\": true is not allowed with intra_wg_overlap false"));

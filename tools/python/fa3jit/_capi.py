@@ -776,7 +776,7 @@ class Kernel:
     @property
     def summary(self) -> str:
         """One line: dtype, head_dim, mask, tile, layout and schedule, e.g. "bf16 d128 causal 128x176 wg2 st2 pingpong
-        overlap mask-free-loop l2-hints pv-pin persistent" (cut at 127 characters)."""
+        overlap mask-free-loop l2-hints persistent" (cut at 127 characters)."""
         return self.info()["summary"]
 
     def close(self) -> None:
