@@ -40,13 +40,12 @@ std::string emit_config(const Spec& s, const Geometry& g) {
              "  static constexpr int kRotaryDim = {};\n"
              "  static constexpr int kWarps = {};\n"
              "  static constexpr int kClusterSize = {};\n"
-             "  static constexpr int kQkUnits = {};\n"
              "  static constexpr int kNumThreads = {};\n"
              "  static constexpr int kVSteps = {};\n"
              "  static constexpr int kVRowsPerCta = {};\n"
              "  static constexpr bool kVDMajor = {};\n",
              s.dtype == DType::kBf16, s.head_dim, s.head_dim_v, s.hadamard, static_cast<int>(s.rope),
-             rope_name(s.rope), s.rotary_dim, g.warps_per_cta, g.cluster_size, g.qk_units, g.num_threads, kVSteps,
+             rope_name(s.rope), s.rotary_dim, g.warps_per_cta, g.cluster_size, g.num_threads, kVSteps,
              g.v_rows_per_cta, s.v_d_major) +
          emit_blocks("QBlocks", g.q) + emit_blocks("KBlocks", g.k) +
          "};\n"

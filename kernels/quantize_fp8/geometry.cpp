@@ -3,8 +3,6 @@
 
 #include <algorithm>
 
-#include "kernels/quantize_fp8/device/layout.cuh"
-
 namespace fa3jit::quantize_fp8 {
 
 namespace {
@@ -57,19 +55,15 @@ Geometry derive_geometry(const Spec& spec) {
   g.k = {spec.k_block_rows, wk, std::max(1, slots / wk)};
   g.v_row_lanes = spec.head_dim_v / 8;
   g.v_rows_per_cta = kVSteps * g.num_threads * 8 / spec.head_dim_v;
-  // device/quantize.cuh, each pass its own: kPassQk one array of 32-bit words (QkSmem): the 16-byte row chunks of units
-  // 1.., the amax slots of every unit, the Hadamard signs and, with clusters, an 8-byte mbarrier per unit at the next
-  // even word; kPassVAmax the channel amax table float[warps][head_dim_v]; kPassVQuant the accumulator row
-  // (float[head_dim_v]) after, with v_layout d_major, the chunk of quantised V (v_rows_per_cta keys x head_dim_v bytes)
-  // it writes out transposed.
-  // RoPE's cos/sin state leaves no room for a second unit's: 8 bytes spilled at its 80 registers (RoPE with Hadamard
-  // and clusters), so with RoPE a cluster quantises one unit.
-  g.qk_units = spec.rope == Rope::kNone ? kQkUnits : 1;
-  int qk_words = (g.qk_units - 1) * kRowChunks * 4 * g.num_threads + g.qk_units * slots + (spec.hadamard ? 8 : 0);
-  if (g.cluster_size > 1) qk_words = (qk_words + 1) / 2 * 2 + 2 * g.qk_units;
-  g.smem_bytes[kPassQk] = 4 * qk_words;
+  // device/quantize.cuh, each pass its own: kPassQk float s_amax[slots], uint32 s_signs[8] (Hadamard only) and,
+  // with clusters, the 8-byte mbarrier of the amax exchange, which ptxas places after the 4-byte arrays at the
+  // next multiple of 8; kPassVAmax the channel amax table float[warps][head_dim_v]; kPassVQuant, with v_layout
+  // d_major, the chunk of quantised V (v_rows_per_cta keys x head_dim_v bytes) it writes out transposed.
+  int qk = 4 * slots + (spec.hadamard ? 4 * 8 : 0);
+  if (g.cluster_size > 1) qk = (qk + 7) / 8 * 8 + 8;
+  g.smem_bytes[kPassQk] = qk;
   g.smem_bytes[kPassVAmax] = 4 * g.warps_per_cta * spec.head_dim_v;
-  g.smem_bytes[kPassVQuant] = (spec.v_d_major ? g.v_rows_per_cta * spec.head_dim_v : 0) + 4 * spec.head_dim_v;
+  g.smem_bytes[kPassVQuant] = spec.v_d_major ? g.v_rows_per_cta * spec.head_dim_v : 0;
   return g;
 }
 

@@ -29,9 +29,6 @@ inline constexpr int kMaxCluster = 8;  // CTAs per cluster: the portable limit (
 inline constexpr int kValuesPerLane = 32;
 /// Loads of 16 bytes per thread a V pass issues before using the first (tokens per thread per CTA).
 inline constexpr int kVSteps = 8;
-/// Units (the blocks of one cluster index) a kPassQk CTA cluster quantises without RoPE: unit 0's loads into
-/// registers, the others' into shared memory at the start (device/quantize.cuh: quantize_qk_units).
-inline constexpr int kQkUnits = 2;
 
 /// Registers per thread the kernel is compiled for (through __launch_bounds__' minimum CTAs per SM): 32 for
 /// the row's values, the rest for loads in flight and indices. RoPE adds up to 16 cos/sin values in flight
@@ -59,7 +56,6 @@ struct Geometry {
   int register_budget;  // kRegisterBudget, or kRopeRegisterBudget with RoPE
   int min_ctas_per_sm;  // __launch_bounds__ minimum: caps registers at register_budget per thread
   BlockGeometry q, k;
-  int qk_units;         // units per kPassQk CTA cluster: kQkUnits, 1 with RoPE
   int v_row_lanes;      // head_dim_v / 8
   int v_rows_per_cta;   // kVSteps * num_threads * 8 / head_dim_v
   // Static shared memory of each pass's entry point, indexed by Pass (device/quantize.cuh: quantize_fp8_pass).

@@ -75,7 +75,7 @@ CallShape check_shape(const Spec& spec, const Geometry& g, const QuantizeArgs& a
   s.k_num_blocks = checked_count(s.batch, s.num_heads_kv, s.k_blocks, "batch x num_heads_kv x K blocks");
   s.q_clusters = ceil_div(s.q_num_blocks, g.q.blocks_per_cluster);
   s.k_clusters = ceil_div(s.k_num_blocks, g.k.blocks_per_cluster);
-  const int64_t qk_ctas = ceil_div(s.q_clusters + s.k_clusters, g.qk_units) * g.cluster_size;
+  const int64_t qk_ctas = (s.q_clusters + s.k_clusters) * g.cluster_size;
   s.v_chunks = ceil_div(s.seqlen_k, g.v_rows_per_cta);
   s.v_units = checked_count(s.batch, s.num_heads_kv, s.v_chunks, "batch x num_heads_kv x V chunks");
   s.v_descale_count = checked_count(s.batch, s.num_heads_kv, spec.head_dim_v, "batch x num_heads_kv x head_dim_v");

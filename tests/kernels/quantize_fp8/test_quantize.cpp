@@ -1085,12 +1085,11 @@ TEST_CASE("quantize spec field v_layout: d_major names its own kernel and sizes 
   CHECK_FALSE(seq.v_d_major);
   CHECK(qf::canonical_string(d_major) != qf::canonical_string(seq));
   CHECK(qf::name_token(d_major) == qf::name_token(seq) + "_vt");
-  // kPassVQuant's chunk (v_rows_per_cta keys x head_dim_v bytes) and the fp32 accumulator row are its entry's shared
-  // memory; without d_major, the row alone.
+  // kPassVQuant's chunk (v_rows_per_cta keys x head_dim_v bytes) is its entry's shared memory.
   const qf::Geometry g = qf::derive_geometry(d_major);
-  CHECK(g.smem_bytes[qf::kPassVQuant] == g.v_rows_per_cta * d_major.head_dim_v + 4 * d_major.head_dim_v);
+  CHECK(g.smem_bytes[qf::kPassVQuant] == g.v_rows_per_cta * d_major.head_dim_v);
   CHECK(g.smem_bytes[qf::kPassVQuant] <= 48 * 1024);
-  CHECK(qf::derive_geometry(seq).smem_bytes[qf::kPassVQuant] == 4 * seq.head_dim_v);
+  CHECK(qf::derive_geometry(seq).smem_bytes[qf::kPassVQuant] == 0);
   // Every d_major geometry writes whole 32-key rows per V chunk (write_v_d_major's static_assert), whatever the
   // Q/K block sizes make of the warp count.
   for (int d : {64, 128, 256})
