@@ -64,8 +64,8 @@ std::string emit_config(const KernelConfig& c) {
       c.producer_registers, c.consumer_registers, c.elem_bytes, c.out_elem_bytes, c.smem_bytes, s.causal,
       s.dtype == DType::kBf16, s.out_dtype == DType::kBf16, s.quant == Quant::kPerBlock, s.fp32_two_level_accum,
       c.pv_chunk_n, c.v_stage, s.pingpong, s.intra_wg_overlap, s.rescale_o_before_pv, s.load_k_ahead,
-      s.mask_free_loop, s.softmax_in_mask_arms, s.lazy_rescale, s.l2_evict_hints, s.p_in_smem, s.pin_pv_wait, s.cluster_m,
-      s.persistent, s.varlen_q, s.varlen_k, s.paged_kv, s.paged_gather, s.pack_gqa,
+      s.mask_free_loop, s.softmax_in_mask_arms, s.lazy_rescale, s.l2_evict_hints, s.p_in_smem, s.pin_pv_wait,
+      s.cluster_m, s.persistent, s.varlen_q, s.varlen_k, s.paged_kv, s.paged_gather, s.pack_gqa,
       s.split_kv, s.local, s.softcap, s.sinks);
 }
 

@@ -424,6 +424,14 @@ bool pack_gqa_heuristic(const CallShape& s, Quant quant) {
   return tile_efficiency(s.max_seqlen_q, 128) < 0.9 * tile_efficiency(s.max_seqlen_q * s.group, 128);
 }
 
+// Whether the call runs the decode tile (decode_tile: one 64-row M block per (batch, head or KV head)). Per-block
+// descales are laid out by the prefill tile (fa3jit_attention_quant_blocks), which must not change with the call's
+// length. With varlen_q the tile must not depend on max_seqlen_q, so that a sequence's output does not depend on the
+// batch it came in (num_splits 1): the decode tile is for dense q (flash_attn_with_kvcache's decode steps).
+bool decode_shaped(const ForwardArgs& a, const CallShape& s, bool pack_gqa) {
+  return !s.varlen_q && a.quant != Quant::kPerBlock && (pack_gqa ? s.max_seqlen_q * s.group : s.max_seqlen_q) <= 64;
+}
+
 // The serving fields of the call's kernel, split_kv left to resolve_splits.
 Layout base_layout(const ForwardArgs& a, const CallShape& s) {
   Layout l;
@@ -433,12 +441,7 @@ Layout base_layout(const ForwardArgs& a, const CallShape& s) {
   l.paged_gather = s.paged_gather;
   l.pack_gqa = a.pack_gqa == -1 ? pack_gqa_heuristic(s, a.quant) : a.pack_gqa == 1;
   l.v_d_major = a.v_layout == VLayout::kDMajor;
-  // Per-block descales are laid out by the prefill tile (fa3jit_attention_quant_blocks), which must not change
-  // with the call's length.
-  // With varlen_q the tile must not depend on max_seqlen_q, so that a sequence's output does not depend on the
-  // batch it came in (num_splits 1): the decode tile is for dense q (flash_attn_with_kvcache's decode steps).
-  l.short_q = !s.varlen_q && a.quant != Quant::kPerBlock &&
-              (l.pack_gqa ? s.max_seqlen_q * s.group : s.max_seqlen_q) <= 64;
+  l.short_q = decode_shaped(a, s, l.pack_gqa);
   // Dense only, for the same reasons: a packed batch's sequences keep one tile whatever the batch, and a paged cache's
   // capacity says nothing about the keys a call sees.
   l.short_causal = s.causal && !s.local && !l.short_q && !s.varlen_q && !s.varlen_k && !s.paged &&
@@ -452,7 +455,8 @@ GridShape grid_shape(const CallShape& s, bool pack_gqa, int64_t num_splits) {
   return GridShape{s.batch, s.num_heads, s.num_heads_kv, s.max_seqlen_q, s.max_seqlen_k, pack_gqa, num_splits};
 }
 
-// Splits of the call: the argument's, or the heuristic's over the tiles of one split.
+// Splits of the call: the argument's, or the heuristic's over the tiles of one split; a decode step (decode_shaped)
+// is memory-bound (scheduler.h: kMemoryBoundFill).
 int resolve_splits(const ForwardArgs& a, const CallShape& s, int block_m, int block_n, bool pack_gqa,
                    int ordinal) {
   if (a.num_splits > 0) return a.num_splits;
@@ -464,10 +468,8 @@ int resolve_splits(const ForwardArgs& a, const CallShape& s, int block_m, int bl
   const int64_t tiles =
       std::min(kSaturated, std::min(kSaturated, m_blocks * (pack_gqa ? s.num_heads_kv : s.num_heads)) * s.batch);
   const int64_t n_blocks = (s.max_seqlen_k + block_n - 1) / block_n;
-  // A decode step's tile (one M block of few rows) streams K and V with little math per byte.
-  const bool memory_bound = m_blocks == 1 && (pack_gqa ? s.max_seqlen_q * s.group : s.max_seqlen_q) <= kMemoryBoundRows;
   return num_splits_heuristic(tiles, n_blocks, multiprocessor_count(ordinal), kMaxSplits,
-                              memory_bound ? kMemoryBoundFill : kComputeBoundFill);
+                              decode_shaped(a, s, pack_gqa) ? kMemoryBoundFill : kComputeBoundFill);
 }
 
 // Rows of the split partials: (lse_batch, seqlen_q, num_heads), lse_batch 1 with varlen_q.

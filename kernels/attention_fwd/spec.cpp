@@ -304,6 +304,8 @@ bool p_in_smem_fits(const Spec& spec) { return spec.dtype != DType::kE4m3; }
 
 bool pin_pv_wait_fits(const Spec& spec) { return spec.intra_wg_overlap; }
 
+bool pin_pv_wait_spills(const Spec& spec) { return spec.p_in_smem && spec.block_n > 128; }
+
 bool load_k_ahead_fits(const Spec& spec) {
   return spec.dtype != DType::kE4m3 || spec.v_layout == VLayout::kDMajor;
 }
@@ -404,8 +406,8 @@ Spec parse_spec(const json& doc) {
                       {"kind", "dtype", "out_dtype", "quant", "v_layout", "fp32_two_level_accum", "head_dim", "head_dim_v",
                        "causal", "tile", "consumer_warpgroups", "stages", "pingpong", "intra_wg_overlap",
                        "rescale_o_before_pv", "load_k_ahead", "mask_free_loop", "softmax_in_mask_arms", "lazy_rescale",
-                       "l2_evict_hints", "p_in_smem", "pin_pv_wait", "cluster_m", "persistent", "varlen_q", "varlen_k", "paged_kv",
-                       "paged_gather", "pack_gqa",
+                       "l2_evict_hints", "p_in_smem", "pin_pv_wait", "cluster_m", "persistent", "varlen_q", "varlen_k",
+                       "paged_kv", "paged_gather", "pack_gqa",
                        "split_kv", "local", "softcap", "sinks"});
   if (doc.contains("kind") && read_string(doc.at("kind"), "kind", "\"attention_fwd\"") != kKind)
     invalid(fmt::format("spec field \"kind\": {} is not this family; expected \"{}\"", show(doc.at("kind")), kKind));
@@ -465,7 +467,8 @@ Spec parse_spec(const json& doc) {
   spec.lazy_rescale = read_knob(doc, "lazy_rescale", defaults.lazy_rescale && lazy_rescale_fits(spec));
   spec.p_in_smem = read_knob(doc, "p_in_smem", defaults.p_in_smem && p_in_smem_fits(spec));
   // As pingpong: the table's value where the schedule can take it; asked for explicitly, validate() judges.
-  spec.pin_pv_wait = read_knob(doc, "pin_pv_wait", defaults.pin_pv_wait && pin_pv_wait_fits(spec));
+  spec.pin_pv_wait =
+      read_knob(doc, "pin_pv_wait", defaults.pin_pv_wait && pin_pv_wait_fits(spec) && !pin_pv_wait_spills(spec));
   spec.cluster_m = doc.contains("cluster_m") ? read_any_int(doc, "cluster_m", "1 or 2")
                                              : (spec.causal || spec.local || serving ? 1 : defaults.cluster_m);
   // As pingpong: the table's value where the spec's other fields allow it; asked for explicitly, validate() judges.
@@ -510,7 +513,7 @@ Spec tiled_spec(DType dtype, DType out_dtype, Quant quant, int head_dim, int hea
   spec.softmax_in_mask_arms = d.softmax_in_mask_arms && softmax_in_mask_arms_fits(spec);
   spec.lazy_rescale = d.lazy_rescale && lazy_rescale_fits(spec);
   spec.p_in_smem = d.p_in_smem && p_in_smem_fits(spec);
-  spec.pin_pv_wait = d.pin_pv_wait && pin_pv_wait_fits(spec);
+  spec.pin_pv_wait = d.pin_pv_wait && pin_pv_wait_fits(spec) && !pin_pv_wait_spills(spec);
   // A split reads its Q once per split and its K/V range once: the hints of l2_evict_hints_row are for prefill.
   spec.l2_evict_hints = d.l2_evict_hints && !layout.split_kv;
   spec.cluster_m = causal || layout.local || serving ? 1 : d.cluster_m;

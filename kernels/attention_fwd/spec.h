@@ -71,14 +71,13 @@
 //                       consumer thread, so wider key blocks fit (FA3's d64 192x192; d96 192x128), for
 //                       block_m x block_n x 2 bytes of shared memory and the stores of P per key block; the
 //                       outputs are the same bit for bit
-//   pin_pv_wait         bool, default from the tile table (tile_table.cpp: pin_pv_wait_row); intra_wg_overlap
-//                       (pin_pv_wait_fits): in the overlapped step, thread 0 of each consumer
-//                       warpgroup stores the block's row sum (a word no one reads) between the softmax of S_j and the
-//                       wait for P_{j-1}.V_{j-1}, so that ptxas keeps that wait after the softmax's exp2 (it moves a
-//                       wait above arithmetic, not above a shared store that precedes it): the softmax runs under
-//                       P.V, FA3's intra-warpgroup overlap (paper §3.2), where without the store ptxas had moved the
-//                       wait up to the Q.K^T wait (bf16 d128: 15 of 90 exp2 after it, 85 with the store; e4m3 d128
-//                       0 of 82, 71); the outputs are the same bit for bit
+//   pin_pv_wait         bool, default from the tile table (tile_table.cpp: pin_pv_wait_row, which gives the SASS
+//                       counts), yielding where it spills (pin_pv_wait_spills); intra_wg_overlap (pin_pv_wait_fits):
+//                       in the overlapped step thread 0 of each consumer warpgroup stores its row sum (a word no one
+//                       reads) between the softmax of S_j and the wait for P_{j-1}.V_{j-1}, so that ptxas keeps that
+//                       wait after the softmax's exp2 (it moves a wait above arithmetic, not above a shared store
+//                       that precedes it) and the softmax runs under P.V, FA3's intra-warpgroup overlap (paper
+//                       §3.2); the outputs are the same bit for bit
 //   cluster_m           1 | 2, default from the tile table: CTAs per thread-block cluster along M; with 2,
 //                       the two CTAs of a cluster (adjacent row blocks of one head) share each K/V tile
 //                       through TMA multicast, halving L2 traffic (non-causal only)
@@ -264,6 +263,9 @@ bool lazy_rescale_fits(const Spec& spec);
 bool p_in_smem_fits(const Spec& spec);
 /// pin_pv_wait's store sits in the intra_wg_overlap step.
 bool pin_pv_wait_fits(const Spec& spec);
+/// Where pin_pv_wait spills (the table's value yields there): P in shared memory with block_n above 128, where the
+/// probabilities held until P.V completes no longer fit (bf16 d64 block_n 192: 228 bytes stored, 160: 48).
+bool pin_pv_wait_spills(const Spec& spec);
 
 /// Reads and validates a spec. Throws Error(kInvalidSpec) naming the field (JSON path, e.g.
 /// "tile.block_n"), the value and what is allowed; Error(kUnsupported) for values the language names but

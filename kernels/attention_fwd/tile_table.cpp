@@ -201,12 +201,13 @@ bool lazy_rescale_row(DType dtype, int row, int row_v) {
 // each read Q again and their K/V range once.
 bool l2_evict_hints_row(DType, int, int) { return true; }
 
-// Whether the overlapped step keeps its P.V wait behind the softmax (spec.h: pin_pv_wait). Without it, ptxas moved the
-// wait up to the Q.K^T wait in the mask-free loop of every prefill row but 16-bit d256's (SASS, nvcc 13.0: exp2 between
-// the two waits, bf16 d128 15 of 90, d64 11 of 66, d96 0 of 50, d192 9 of 58, e4m3 d128 0 of 82; 75-87, 51-62, 38-41,
-// 47-58 and 67-71 with the store), so the softmax waited for P.V instead of running under it. 16-bit d256's one-copy
-// loop keeps all 84 there either way. Predicted +2-6 % for the 16-bit rows but d256 and +2-5 % for e4m3 (bench/NOTES.md,
-// 2026-12-08), NOT YET MEASURED: no row takes it until the GPU A/B (and its bit-identity test) has run.
+// Whether the overlapped step keeps its P.V wait behind the softmax (spec.h: pin_pv_wait). Without it ptxas moved the
+// wait up to the Q.K^T wait in both copies of the loop of every prefill row but 16-bit d256's, so the softmax waited
+// for P.V instead of running under it. MUFU.EX2 per thread between the two waits, copy A / copy B (SASS, nvcc 13.0),
+// without -> with the field: bf16 d128 0 / 15 -> 87 / 79 of 90, d64 0 / 11 -> 62 / 51 of 66, d96 0 / 0 -> 41 / 38 of
+// 50, d192 0 / 9 -> 58 / 47 of 58, e4m3 d128 0 / 0 -> 67 / 71 of 82; 16-bit d256's one-copy loop keeps 84 of 84
+// either way. Predicted +2-6 % for the 16-bit rows but d256 and +2-5 % for e4m3 (bench/NOTES.md, 2026-12-08), NOT YET
+// MEASURED: no row takes it until the GPU A/B and its bit-identity test have run.
 bool pin_pv_wait_row(DType, int, int) { return false; }
 
 }  // namespace
@@ -253,6 +254,7 @@ TileDefaults decode_tile(DType dtype, int head_dim, int head_dim_v) {
   // 2026-12-07), so its kernels keep the shorter compile. lazy_rescale and l2_evict_hints stay off: decode was not
   // measured with them.
   t.l2_evict_hints = false;
+  t.pin_pv_wait = false;  // not measured for decode either
   switch (std::max(tuned_row(head_dim), tuned_row(head_dim_v))) {
     case 64: t.stages = 4; break;
     case 96:

@@ -312,6 +312,25 @@ TEST_CASE("a causal decode step runs the non-causal kernel", "[fake_driver][laun
   CHECK(params_of(r).seqlen_k == 500);
 }
 
+TEST_CASE("the split heuristic: decode steps run unsplit from 40 % of the SMs, other calls from 80 %",
+          "[fake_driver][plan]") {
+  // The fake device 0 has 132 SMs. A decode step (the decode tile: GQA 32/8 packed, one token) of batch 8 has
+  // 8 x 8 = 64 tiles: unsplit (64 >= 0.4 x 132); batch 4's 32 tiles split (scheduler.h: kMemoryBoundFill).
+  ForwardArgs eight = problem(8, 1, 1024, 32, 8, 128, /*causal=*/true);
+  eight.num_splits = 0;
+  eight.pack_gqa = -1;
+  CHECK(plan_info(eight).num_splits == 1);
+  ForwardArgs four = problem(4, 1, 1024, 32, 8, 128, /*causal=*/true);
+  four.num_splits = 0;
+  four.pack_gqa = -1;
+  CHECK(plan_info(four).num_splits > 1);
+  // A prefill tile's call (100 rows per head, one 128-row block) of 2 x 32 heads has 64 tiles too, and splits: it is
+  // held to FA3's 80 %.
+  ForwardArgs prefill = problem(2, 100, 8192, 32, 32, 128);
+  prefill.num_splits = 0;
+  CHECK(plan_info(prefill).num_splits > 1);
+}
+
 TEST_CASE("window, softcap and sinks pick the variant kernel and reach its parameters", "[fake_driver][variant]") {
   ForwardArgs a = problem(2, 300, 700, 8, 2, 128, /*causal=*/true);
   a.window_left = 100;

@@ -103,7 +103,9 @@ struct SmemLayout {
   /// pin_pv_wait). At most 25 barriers (16-bit, 4 stages, persistent) and 3 warpgroups: 212 of the area's 256 bytes.
   static constexpr int kPinBytes = Cfg::kPinPvWait ? 4 * Cfg::kConsumerWarpgroups : 0;
   static_assert(8 * kNumBarriers + kPinBytes <= kBarrierAreaBytes, "the pin words must fit the barrier area");
-  __device__ __forceinline__ uint32_t pin_word(int wg) const { return base + kBarrierOffset + 8 * kNumBarriers + 4 * wg; }
+  __device__ __forceinline__ uint32_t pin_word(int wg) const {
+    return base + kBarrierOffset + 8 * kNumBarriers + 4 * wg;
+  }
 };
 
 }  // namespace fa3jit::attention_fwd

@@ -264,7 +264,8 @@ typedef struct fa3jit_forward_params {
    * page_table. */
   int64_t page_size;
   /* KV splits: 0 = the heuristic (FlashAttention-3's num_splits_heuristic: splits when the grid would leave
-   * more than 20 % of the SMs idle, or 60 % for a decode step of at most 64 query rows per tile), 1 = none, > 1 = that many, at most 256. fa3jit_forward_params_init sets 1. A
+   * more than 20 % of the SMs idle, or 60 % for a dense decode step of at most 64 (packed) query rows),
+   * 1 = none, > 1 = that many, at most 256. fa3jit_forward_params_init sets 1. A
    * split needs a workspace (fa3jit_attention_workspace_size). Negative or > 256: INVALID_ARGUMENT. */
   int32_t num_splits;
   /* GQA packing: -1 = the heuristic, 0 = off, 1 = on (the num_heads / num_heads_kv query heads of a KV head

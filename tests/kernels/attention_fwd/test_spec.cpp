@@ -934,6 +934,12 @@ TEST_CASE("pin_pv_wait: its own kernel, a knob of the overlapped step, off in th
     CHECK_FALSE(af::default_tile(DType::kE4m3, d, d, true).pin_pv_wait);
   }
   CHECK_FALSE(af::decode_tile(DType::kBf16, 128, 128).pin_pv_wait);
+  // Where it spills, a table's "on" would yield (P in shared memory wider than 128 keys); asked for, it is taken.
+  CHECK(af::pin_pv_wait_spills(parse(R"({"dtype": "bf16", "head_dim": 64, "p_in_smem": true, "tile": {"block_n": 192}})")));
+  CHECK_FALSE(af::pin_pv_wait_spills(parse(R"({"dtype": "bf16", "head_dim": 64, "p_in_smem": true})")));
+  CHECK_FALSE(af::pin_pv_wait_spills(parse(R"({"dtype": "bf16", "head_dim": 128})")));
+  CHECK(parse(R"({"dtype": "bf16", "head_dim": 64, "p_in_smem": true, "tile": {"block_n": 192}, "pin_pv_wait": true})")
+            .pin_pv_wait);
   // Without the overlapped step it is refused by name.
   CHECK_THROWS_WITH(
       parse(R"({"dtype": "bf16", "head_dim": 128, "intra_wg_overlap": false, "pingpong": false, "pin_pv_wait": true})"),
