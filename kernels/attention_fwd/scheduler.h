@@ -35,8 +35,9 @@ TileSchedule schedule_tiles(const KernelConfig& config, const GridShape& g);
 /// Share of the multiprocessors a call's tiles must fill for it to run unsplit: FA3's 80 % for compute-bound calls;
 /// 40 % for the memory-bound decode steps (the calls of the decode tile, launch.cpp: decode_shaped), where a CTA per
 /// SM already streams K and V near the rate the machine gives and a split adds partials and the combine kernel.
-/// Measured on an H100 (bench/decode_splits.py, bf16 d128 32/8 heads, bench/NOTES.md 2026-12-08): batch 8 (64 tiles)
-/// ran 2-20 % faster unsplit at 256-4096 keys; batch 4 (32 tiles) 20-30 % faster split.
+/// Measured on an H100 (bench/decode_splits.py, bf16 d128 32/8 heads, bench/NOTES.md 2026-12-07 and 2026-12-08):
+/// batch 8 (64 tiles) ran 2-28 % faster with one split than with two at 256-4096 keys; batch 4 (32 tiles) 14-31 %
+/// faster split than not.
 inline constexpr double kComputeBoundFill = 0.8;
 inline constexpr double kMemoryBoundFill = 0.4;
 
