@@ -455,9 +455,9 @@ GridShape grid_shape(const CallShape& s, bool pack_gqa, int64_t num_splits) {
   return GridShape{s.batch, s.num_heads, s.num_heads_kv, s.max_seqlen_q, s.max_seqlen_k, pack_gqa, num_splits};
 }
 
-// Splits of the call: the argument's, or the heuristic's over the tiles of one split; a decode step (decode_shaped)
-// is memory-bound (scheduler.h: kMemoryBoundFill).
-int resolve_splits(const ForwardArgs& a, const CallShape& s, int block_m, int block_n, bool pack_gqa,
+// Splits of the call: the argument's, or the heuristic's over the tiles of one split; `decode` (the call's
+// decode_shaped, which the caller has) marks a memory-bound decode step (scheduler.h: kMemoryBoundFill).
+int resolve_splits(const ForwardArgs& a, const CallShape& s, int block_m, int block_n, bool pack_gqa, bool decode,
                    int ordinal) {
   if (a.num_splits > 0) return a.num_splits;
   const int64_t rows = pack_gqa ? std::max<int64_t>(1, block_m / s.group) : block_m;
@@ -469,7 +469,7 @@ int resolve_splits(const ForwardArgs& a, const CallShape& s, int block_m, int bl
       std::min(kSaturated, std::min(kSaturated, m_blocks * (pack_gqa ? s.num_heads_kv : s.num_heads)) * s.batch);
   const int64_t n_blocks = (s.max_seqlen_k + block_n - 1) / block_n;
   return num_splits_heuristic(tiles, n_blocks, multiprocessor_count(ordinal), kMaxSplits,
-                              decode_shaped(a, s, pack_gqa) ? kMemoryBoundFill : kComputeBoundFill);
+                              decode ? kMemoryBoundFill : kComputeBoundFill);
 }
 
 // Rows of the split partials: (lse_batch, seqlen_q, num_heads), lse_batch 1 with varlen_q.
@@ -897,7 +897,7 @@ ClassChoice choose_class(Runtime* runtime, const ForwardArgs& a, const CallShape
   const bool causal = s.causal;
   TileDefaults tile =
       class_tile(a.dtype, static_cast<int>(s.head_dim), static_cast<int>(s.head_dim_v), causal, a.quant, l);
-  const int splits = resolve_splits(a, s, tile.block_m, tile.block_n, l.pack_gqa, ordinal);
+  const int splits = resolve_splits(a, s, tile.block_m, tile.block_n, l.pack_gqa, l.short_q, ordinal);
   l.split_kv = splits > 1;
   if (!l.split_kv)
     if (const std::optional<TileDefaults> tuned = class_tuned_tile(runtime, ordinal, a, s, l)) tile = *tuned;
@@ -911,7 +911,7 @@ ClassChoice choose_class(Runtime* runtime, const ForwardArgs& a, const CallShape
 int kernel_splits(const Kernel& kernel, const ForwardArgs& a, const CallShape& s, int ordinal) {
   const Spec& spec = kernel.spec();
   if (!spec.split_kv) return 1;
-  return resolve_splits(a, s, spec.block_m, spec.block_n, spec.pack_gqa, ordinal);
+  return resolve_splits(a, s, spec.block_m, spec.block_n, spec.pack_gqa, decode_shaped(a, s, spec.pack_gqa), ordinal);
 }
 
 }  // namespace
